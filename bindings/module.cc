@@ -1,0 +1,133 @@
+// The hora._core extension: the one Runtime of this process, ops, Work
+// handles and the error types. No logic beyond argument conversion.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <mutex>
+
+#include "hora/errors.h"
+#include "hora/runtime.h"
+#include "tensors.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hora::bindings {
+namespace {
+
+std::mutex runtime_mutex;
+std::unique_ptr<Runtime> runtime;  // the one Runtime of this process
+
+Runtime& current() {
+  std::lock_guard<std::mutex> lock(runtime_mutex);
+  if (!runtime) throw InvalidArgument("hora has not been initialized; call hvd.init() first");
+  return *runtime;
+}
+
+nb::tuple set_tuple(const ProcessSet& set) { return nb::make_tuple(set.id, set.ranks, set.rank); }
+
+void init(const std::vector<std::vector<int>>& process_sets) {
+  std::lock_guard<std::mutex> lock(runtime_mutex);
+  if (runtime) return;
+  RuntimeConfig config = runtime_config_from_env();
+  nb::gil_scoped_release release;
+  runtime = std::make_unique<Runtime>(config, process_sets);
+}
+
+void shutdown() {
+  std::unique_ptr<Runtime> done;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex);
+    done.swap(runtime);
+  }
+  nb::gil_scoped_release release;
+  done.reset();
+}
+
+std::shared_ptr<Work> enqueue(int32_t set_id, int op, const std::string& name, const Array& input,
+                              std::optional<Array> output, int reduce_op, int root, double prescale,
+                              double postscale, const std::vector<int64_t>& splits) {
+  OpArgs args;
+  args.op = static_cast<OpType>(op);
+  args.name = name;
+  args.input = to_view(input, "input");
+  if (output) args.output = to_view(*output, "output");
+  args.reduce_op = static_cast<ReduceOp>(reduce_op);
+  args.root = root;
+  args.prescale = prescale;
+  args.postscale = postscale;
+  args.splits = splits;
+  return current().enqueue(set_id, std::move(args));
+}
+
+void register_errors(nb::module_& m) {
+  nb::exception<Error> base(m, "HoraError", PyExc_RuntimeError);
+  nb::exception<Mismatch>(m, "MismatchError", base);
+  nb::exception<Timeout>(m, "TimeoutError", base);
+  nb::exception<PeerFailure>(m, "PeerFailureError", base);
+  nb::exception<Internal>(m, "InternalError", base);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  register_errors(m);
+
+  nb::class_<Work>(m, "Work")
+      .def("ready", &Work::ready)
+      .def("wait", &Work::wait, nb::call_guard<nb::gil_scoped_release>())
+      .def("received_splits", &Work::received_splits);
+  m.def("output", [](const std::shared_ptr<Work>& work, int dtype) {
+    return output_array(work, static_cast<DataType>(dtype));
+  });
+
+  m.def("init", &init, "process_sets"_a);
+  m.def("shutdown", &shutdown);
+  m.def("is_initialized", [] {
+    std::lock_guard<std::mutex> lock(runtime_mutex);
+    return runtime != nullptr;
+  });
+  m.def("rank", [] { return current().rank(); });
+  m.def("size", [] { return current().size(); });
+  m.def("local_rank", [] { return current().config().local_rank; });
+  m.def("local_size", [] { return current().config().local_size; });
+  m.def("cross_rank", [] { return current().config().cross_rank; });
+  m.def("cross_size", [] { return current().config().cross_size; });
+
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    Runtime& rt = current();
+    ProcessSet set;
+    {
+      nb::gil_scoped_release release;
+      set = rt.add_process_set(ranks);
+    }
+    return set_tuple(set);
+  });
+  m.def("remove_process_set", [](int32_t id) {
+    Runtime& rt = current();
+    nb::gil_scoped_release release;
+    return rt.remove_process_set(id);
+  });
+  m.def("process_set", [](int32_t id) { return set_tuple(current().process_set(id)); });
+  m.def("process_set_ids", [] {
+    std::vector<int32_t> ids;
+    for (const ProcessSet& set : current().process_sets()) ids.push_back(set.id);
+    return ids;
+  });
+  m.def("enqueue", &enqueue, "set_id"_a, "op"_a, "name"_a, "input"_a, "output"_a.none(), "reduce_op"_a,
+        "root"_a, "prescale"_a, "postscale"_a, "splits"_a);
+}
+
+}  // namespace hora::bindings

@@ -1,0 +1,87 @@
+// Runtime: hora's state in one process — the world, its process sets and one
+// progress engine per live set. The bindings hold exactly one; C++ tests may
+// run several in one process (ranks as threads over the local backend).
+//
+// Thread-safe: any thread may enqueue ops or add and remove sets. The
+// constructor blocks until the world set (id 0) and the initial sets (ids
+// 1..k, members only) are connected.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hora/process_set.h"
+#include "hora/runtime_config.h"
+#include "hora/store.h"
+#include "hora/tensor_view.h"
+#include "hora/types.h"
+#include "hora/work.h"
+
+namespace hora {
+
+class BackendFactory;
+class ProgressEngine;
+
+// One op as a front end submits it.
+struct OpArgs {
+  OpType op = OpType::kAllreduce;
+  std::string name;  // empty: "<op>.noname.<n>"
+  TensorView input;
+  TensorView output;  // allreduce, broadcast, reducescatter: caller-allocated
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int root = 0;  // broadcast: global rank
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> splits;  // alltoall: empty means even
+};
+
+class Runtime {
+ public:
+  // Gloo over TCP, rendezvous through the launcher's store (a single process
+  // needs neither).
+  Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& initial_sets);
+  // Any transport and store (tests).
+  Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
+          const std::vector<std::vector<int>>& initial_sets);
+  ~Runtime();
+
+  const RuntimeConfig& config() const { return config_; }
+  int rank() const { return config_.rank; }
+  int size() const { return config_.size; }
+
+  // Registers a set over `ranks`; only its members block (until every member
+  // has called it). A non-member gets the set back with id -1 at once.
+  ProcessSet add_process_set(std::vector<int> ranks);
+  // Members: waits until every member has called it, then stops the set.
+  // False for the global set, a non-member, or an id not registered here.
+  bool remove_process_set(int32_t id);
+  // Throws InvalidArgument for a removed or unknown id.
+  ProcessSet process_set(int32_t id) const;
+  std::vector<ProcessSet> process_sets() const;
+
+  // Validates (InvalidArgument naming what is wrong) and queues an op on set
+  // `id`; this rank must be a member.
+  std::shared_ptr<Work> enqueue(int32_t id, OpArgs args);
+
+  // Stops every set; later calls throw InvalidArgument. Idempotent.
+  void shutdown();
+
+ private:
+  void create_set(const ProcessSet& set);
+  std::shared_ptr<ProgressEngine> engine(int32_t id) const;
+
+  RuntimeConfig config_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<BackendFactory> factory_;
+  int32_t first_dynamic_id_ = 1;
+  mutable std::mutex mutex_;
+  bool shut_down_ = false;
+  std::unique_ptr<class ProcessSetTable> table_;
+  std::map<int32_t, std::shared_ptr<ProgressEngine>> engines_;
+};
+
+}  // namespace hora

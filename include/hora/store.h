@@ -1,0 +1,38 @@
+// Key-value store used for rendezvous: the launcher's TCP server, a file
+// directory, or memory. Implementations are thread-safe; get/wait block until
+// the keys exist or the timeout passes (then they throw hora::Timeout).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hora {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Blocks until `key` exists, then returns its value.
+  virtual std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (0 if absent) and
+  // returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Blocks until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+};
+
+// In-memory store shared by threads of one process (tests, the local backend).
+std::shared_ptr<Store> make_hash_store();
+
+// Prepends `prefix` + "/" to every key of `base`.
+std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> base);
+
+// Client of the launcher's rendezvous server. Every request carries `secret`;
+// the server refuses requests without it. Connects lazily and reconnects once
+// on a broken connection.
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const std::string& secret);
+
+}  // namespace hora

@@ -1,0 +1,1 @@
+"""Parts shared by every front end: lifecycle, process sets, op handles."""

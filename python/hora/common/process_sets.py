@@ -1,0 +1,186 @@
+"""Process sets: subsets of the job's ranks that run collectives together.
+
+Creating, using and removing a set involves only its members: a set is
+registered with the core on first use by a member (or eagerly with
+``add_process_set``), and non-members never block on it.
+"""
+
+import importlib
+import operator
+
+from hora import _core
+
+
+class ProcessSet:
+    """A set of ranks that run collective operations together.
+
+    ``ProcessSet(ranks)`` takes any iterable of integer ranks (a list, a
+    ``range``, NumPy integers). Pass it to ``init(process_sets=...)`` or
+    ``add_process_set``, or just use it: its members register it on first use.
+    """
+
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            ranks = [operator.index(r) for r in ranks_or_comm]
+        except TypeError:
+            raise ValueError(
+                "ProcessSet should be initialized with an iterable of integer ranks, "
+                f"got {ranks_or_comm!r}") from None
+        for r in ranks:
+            if r < 0:
+                raise ValueError(f"rank {r} is negative; ranks of a process set must be >= 0")
+        if len(set(ranks)) != len(ranks):
+            dup = next(r for r in ranks if ranks.count(r) > 1)
+            raise ValueError(f"rank {dup} appears more than once in process set {sorted(ranks)}")
+        self.ranks = sorted(ranks)
+        self._removed_id = None
+
+    def size(self):
+        """Number of ranks in the set."""
+        return None if self.ranks is None else len(self.ranks)
+
+    def rank(self):
+        """This process's rank within the set, or -1 if it is not a member."""
+        me = _core.rank()
+        return self.ranks.index(me) if self.ranks and me in self.ranks else -1
+
+    def included(self):
+        """Whether this process is a member of the set."""
+        return self.ranks is not None and _core.rank() in self.ranks
+
+    def invalidate(self):
+        if self.process_set_id is not None:
+            self._removed_id = self.process_set_id
+        self.process_set_id = None
+
+    def __str__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
+
+    __repr__ = __str__
+
+    # Collectives on this set; they dispatch on the tensor's type.
+    def allreduce(self, tensor, *args, **kwargs):
+        return _frontend_for(tensor).allreduce(tensor, *args, process_set=self, **kwargs)
+
+    def allgather(self, tensor, *args, **kwargs):
+        return _frontend_for(tensor).allgather(tensor, *args, process_set=self, **kwargs)
+
+    def broadcast(self, tensor, root_rank, *args, **kwargs):
+        return _frontend_for(tensor).broadcast(tensor, root_rank, *args, process_set=self, **kwargs)
+
+    def alltoall(self, tensor, *args, **kwargs):
+        return _frontend_for(tensor).alltoall(tensor, *args, process_set=self, **kwargs)
+
+    def reducescatter(self, tensor, *args, **kwargs):
+        return _frontend_for(tensor).reducescatter(tensor, *args, process_set=self, **kwargs)
+
+    def barrier(self):
+        return importlib.import_module("hora.numpy").barrier(process_set=self)
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+_by_id = {0: global_process_set}
+
+
+def _frontend_for(tensor):
+    module = type(tensor).__module__ or ""
+    if module.startswith("torch"):
+        try:
+            return importlib.import_module("hora.torch")
+        except ImportError as e:
+            raise ValueError(f"got a torch tensor but hora.torch cannot be imported: {e}") from None
+    return importlib.import_module("hora.numpy")
+
+
+def _on_init(initial_sets):
+    global_process_set.ranks = list(range(_core.size()))
+    for index, ps in enumerate(initial_sets, start=1):
+        ps.process_set_id = index
+        ps._removed_id = None
+        _by_id[index] = ps
+
+
+def _on_shutdown():
+    for pid, ps in list(_by_id.items()):
+        if pid != 0:
+            ps.process_set_id = None
+    _by_id.clear()
+    _by_id[0] = global_process_set
+
+
+def _register(ps):
+    set_id, ranks, _ = _core.add_process_set(ps.ranks)
+    if set_id >= 0:
+        ps.process_set_id = set_id
+        ps._removed_id = None
+        _by_id[set_id] = ps
+    return ps
+
+
+def resolve(process_set):
+    """The core id of ``process_set``, registering it on a member's first use."""
+    if process_set is None:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is not None:
+        return process_set.process_set_id
+    if process_set._removed_id is not None:
+        raise ValueError(f"process set {process_set._removed_id} has been removed; create a new ProcessSet")
+    if not _core.is_initialized():
+        raise ValueError("hora has not been initialized; call hvd.init() first")
+    if not process_set.included():
+        raise ValueError(f"rank {_core.rank()} is not a member of process set {process_set.ranks}")
+    return _register(process_set).process_set_id
+
+
+def add_process_set(process_set):
+    """Registers a set now instead of on first use; returns it.
+
+    Only members block, until every member has called it. Non-members get the
+    set back unregistered (``process_set_id`` None) at once. Accepts a
+    ``ProcessSet`` or a list of ranks.
+    """
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set} is already registered")
+    if not _core.is_initialized():
+        raise ValueError("hora has not been initialized; call hvd.init() first")
+    return _register(process_set)
+
+
+def remove_process_set(process_set):
+    """Removes a set (a ``ProcessSet`` or its id); True if it was removed.
+
+    Members wait for each other. The global set is never removed (False).
+    The removed object raises on later use; its id is never given out again.
+    """
+    if isinstance(process_set, ProcessSet):
+        set_id = process_set.process_set_id
+    else:
+        set_id = operator.index(process_set)
+    if set_id is None or set_id == 0:
+        return False
+    removed = _core.remove_process_set(set_id)
+    ps = _by_id.pop(set_id, None)
+    for obj in (ps, process_set):
+        if isinstance(obj, ProcessSet):
+            obj.invalidate()
+    return removed
+
+
+def process_set_by_id(process_set_id):
+    if process_set_id not in _by_id:
+        raise ValueError(f"No known process set with id {process_set_id}")
+    return _by_id[process_set_id]
+
+
+def process_sets():
+    return [_by_id[i] for i in sorted(_by_id)]

@@ -1,0 +1,270 @@
+"""horarun: starts a job's ranks on this machine or over ssh and supervises them.
+
+    horarun -np 4 python train.py
+    horarun -np 8 -H a:4,b:4 python train.py
+
+One rendezvous server runs inside horarun for the job's lifetime. Every output
+line of a rank is prefixed with '[rank]:'. When a rank fails, the others are
+stopped and horarun exits with the failing rank's status.
+"""
+
+import argparse
+import os
+import queue
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from hora.runner import env as rank_env
+from hora.runner import hosts as host_list
+from hora.runner.rendezvous import RendezvousServer
+
+# Seconds between SIGTERM and SIGKILL when horarun stops ranks.
+TERMINATE_GRACE_SECONDS = 5.0
+DEFAULT_START_TIMEOUT = 30.0
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="horarun", allow_abbrev=False,
+        description="Runs a command as the ranks of one hora job.")
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True,
+                        help="number of ranks")
+    parser.add_argument("-H", "--hosts", help="hosts and their slots: a:4,b:4 (default: "
+                                              "this machine with -np slots)")
+    parser.add_argument("--hostfile", help="file with one 'host slots=N' per line")
+    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT,
+                        help="seconds the ranks may take to reach each other and the "
+                             "rendezvous (default %(default)s); also the ssh connect timeout")
+    parser.add_argument("--rendezvous-addr",
+                        help="address remote ranks use to reach this machine (default: "
+                             "the address that routes to the first remote host)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print the placement of ranks and the commands run")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("no command to run")
+    if args.num_proc <= 0:
+        parser.error(f"-np must be at least 1, got {args.num_proc}")
+    if args.hosts and args.hostfile:
+        parser.error("give either -H or --hostfile, not both")
+    if args.start_timeout <= 0:
+        parser.error(f"--start-timeout must be positive, got {args.start_timeout}")
+    try:
+        if args.hosts:
+            hosts = host_list.parse_host_list(args.hosts)
+        elif args.hostfile:
+            hosts = host_list.parse_hostfile(args.hostfile)
+        else:
+            hosts = [host_list.Host("localhost", args.num_proc)]
+        args.placements = host_list.place_ranks(hosts, args.num_proc)
+    except host_list.HostSpecError as error:
+        parser.error(str(error))
+    return args
+
+
+def _outward_address(remote_host):
+    """This machine's address on the route to `remote_host` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((remote_host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
+
+
+# Keeps the lines of different ranks whole on our stdout and stderr.
+_OUTPUT_LOCK = threading.Lock()
+
+
+class _OutputForwarder:
+    """Copies one stream of one rank to ours, line by line, with '[rank]:'."""
+
+    def __init__(self, rank, source, sink):
+        self._prefix = f"[{rank}]:".encode()
+        self._source = source
+        self._sink = sink
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"horarun-output-{rank}")
+        self.thread.start()
+
+    def _run(self):
+        for line in iter(self._source.readline, b""):
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            with _OUTPUT_LOCK:
+                try:
+                    self._sink.write(self._prefix + line)
+                    self._sink.flush()
+                except (OSError, ValueError):
+                    pass   # our own stream is gone; keep draining the rank
+        self._source.close()
+
+
+class RankProcess:
+    """One rank: its process (or ssh session), output forwarders and waiter."""
+
+    def __init__(self, placement, argv, environ, exits, remote):
+        self.rank = placement.rank
+        self.remote = remote
+        self.popen = subprocess.Popen(
+            argv, env=environ, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.forwarders = [_OutputForwarder(self.rank, self.popen.stdout, sys.stdout.buffer),
+                           _OutputForwarder(self.rank, self.popen.stderr, sys.stderr.buffer)]
+        threading.Thread(target=lambda: exits.put((self, self.popen.wait())),
+                         daemon=True, name=f"horarun-wait-{self.rank}").start()
+
+    def signal(self, signum):
+        """Sends `signum` to the rank's process group (for a remote rank, to
+        ssh, and closing its stdin stops the remote command)."""
+        if self.remote and self.popen.stdin and signum in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        try:
+            os.killpg(self.popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def join_output(self, timeout):
+        for forwarder in self.forwarders:
+            forwarder.thread.join(timeout)
+
+
+def describe_exit(code):
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Job:
+    """Starts every rank, then waits for them: the first failure or a signal
+    to horarun stops the rest. run() returns horarun's exit status."""
+
+    def __init__(self, args):
+        self.args = args
+        self.placements = args.placements
+        self.local_only = all(host_list.is_local(p.host) for p in self.placements)
+        self.secret = secrets.token_hex(16)
+        self.ranks = []
+        self.exits = queue.Queue()
+        self.received_signal = None
+        self.kill_deadline = None
+
+    def run(self):
+        if self.local_only:
+            bind, address = "127.0.0.1", "127.0.0.1"
+        else:
+            first_remote = next(p.host for p in self.placements if not host_list.is_local(p.host))
+            bind, address = "0.0.0.0", self.args.rendezvous_addr or _outward_address(first_remote)
+        server = RendezvousServer(bind, 0, self.secret).start()
+        try:
+            for placement in self.placements:
+                if self.received_signal is not None:
+                    return 128 + self.received_signal
+                self.ranks.append(self._start_rank(placement, address, server.port))
+            return self._supervise()
+        finally:
+            self._stop_ranks(signal.SIGKILL)
+            server.stop()
+
+    def _hostname(self, placement, rendezvous_addr):
+        if self.local_only:
+            return "127.0.0.1"
+        return rendezvous_addr if host_list.is_local(placement.host) else placement.host
+
+    def _start_rank(self, placement, rendezvous_addr, port):
+        variables = rank_env.rank_environment(
+            placement, hostname=self._hostname(placement, rendezvous_addr),
+            rendezvous_addr=rendezvous_addr, rendezvous_port=port, secret=self.secret,
+            start_timeout=self.args.start_timeout)
+        command = self.args.command
+        if host_list.is_local(placement.host):
+            argv, environ, remote = command, rank_env.local_environment(variables), False
+        else:
+            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables),
+                                            command)
+            argv = ["ssh", "-o", "BatchMode=yes",
+                    "-o", f"ConnectTimeout={max(1, int(self.args.start_timeout))}",
+                    placement.host, script]
+            environ, remote = None, True
+        if self.args.verbose:
+            how = f"ssh {placement.host}" if remote else "local"
+            print(f"horarun: rank {placement.rank} on {placement.host} (local rank "
+                  f"{placement.local_rank}/{placement.local_size}, cross rank "
+                  f"{placement.cross_rank}/{placement.cross_size}, {how}): "
+                  f"{shlex.join(command)}", file=sys.stderr, flush=True)
+        try:
+            return RankProcess(placement, argv, environ, self.exits, remote)
+        except OSError as error:
+            raise SystemExit(f"horarun: cannot start rank {placement.rank}: {error}") from None
+
+    def _supervise(self):
+        running = len(self.ranks)
+        failure = None
+        while running:
+            try:
+                rank, code = self.exits.get(timeout=0.2)
+            except queue.Empty:
+                if self.kill_deadline and time.monotonic() > self.kill_deadline:
+                    self._stop_ranks(signal.SIGKILL)
+                continue
+            running -= 1
+            if self.args.verbose:
+                print(f"horarun: rank {rank.rank} {describe_exit(code)}",
+                      file=sys.stderr, flush=True)
+            if code != 0 and failure is None and self.received_signal is None:
+                failure = (rank.rank, code)
+                self._begin_stopping(signal.SIGTERM)
+        for rank in self.ranks:
+            rank.join_output(timeout=2.0)
+        if self.received_signal is not None:
+            print(f"horarun: stopped by signal {self.received_signal}", file=sys.stderr, flush=True)
+            return 128 + self.received_signal
+        if failure is not None:
+            rank, code = failure
+            print(f"horarun: rank {rank} {describe_exit(code)}", file=sys.stderr, flush=True)
+            return code if code > 0 else 128 - code
+        return 0
+
+    def _begin_stopping(self, signum):
+        if self.kill_deadline is None:
+            self.kill_deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
+        self._stop_ranks(signum)
+
+    def _stop_ranks(self, signum):
+        for rank in self.ranks:
+            if rank.popen.returncode is None:
+                rank.signal(signum)
+
+    def forward_signal(self, signum, _frame=None):
+        """Signal handler: passes SIGINT/SIGTERM on to every rank; a second one
+        kills them."""
+        if self.received_signal is not None:
+            self._stop_ranks(signal.SIGKILL)
+            return
+        self.received_signal = signum
+        self._begin_stopping(signum)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    job = Job(args)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, job.forward_signal)
+    return job.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

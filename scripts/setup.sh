@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Prepares this checkout for building: the Debian packages the C++ core needs
+# and a virtual environment in .venv with the Python tools. Safe to run again;
+# it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv)
+VENV=.venv
+# distribution name, pip requirement, required version prefix ("" for any)
+PYTHON_PACKAGES=(
+  "torch torch==2.13.0 2.13.0"
+  "numpy numpy "
+  "pytest pytest "
+  "nanobind nanobind "
+  "scikit-build-core scikit-build-core "
+  "cmake cmake "
+  "ninja ninja "
+)
+
+missing_debian_packages() {
+  local package
+  for package in "${DEBIAN_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      echo "$package"
+    fi
+  done
+}
+
+install_debian_packages() {
+  if ! command -v dpkg-query >/dev/null; then
+    echo "setup: not a Debian system; make sure these are installed: ${DEBIAN_PACKAGES[*]}" >&2
+    return
+  fi
+  local missing
+  missing=$(missing_debian_packages | tr '\n' ' ')
+  [ -z "$missing" ] && return
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages: $missing" >&2
+    echo "setup: install them with: sudo apt-get install -y $missing" >&2
+    exit 1
+  fi
+  echo "setup: installing Debian packages: $missing"
+  apt-get update
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
+}
+
+# Prints the pip requirements of the packages the venv lacks (by installed
+# version metadata, which is quick: nothing is imported).
+missing_python_packages() {
+  printf '%s\n' "${PYTHON_PACKAGES[@]}" | "$VENV/bin/python" -c '
+import importlib.metadata, sys
+for line in sys.stdin:
+    dist, requirement, *prefix = line.split()
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        print(requirement)
+        continue
+    if prefix and not version.startswith(prefix[0]):
+        print(requirement)
+'
+}
+
+install_debian_packages
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV"
+  python3 -m venv "$VENV"
+fi
+missing=$(missing_python_packages | tr '\n' ' ')
+if [ -n "$missing" ]; then
+  echo "setup: installing into $VENV: $missing"
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install $missing
+fi

@@ -1,0 +1,27 @@
+#include "coordinator/request.h"
+
+namespace hora {
+
+const char* op_type_name(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+int64_t Request::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t Request::byte_size() const {
+  return static_cast<size_t>(num_elements()) * dtype_size(dtype);
+}
+
+}  // namespace hora

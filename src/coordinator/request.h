@@ -1,0 +1,46 @@
+// What a member asks for (Request) and what the coordinator decides
+// (Response). Both cross the wire; see wire.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hora/types.h"
+
+namespace hora {
+
+
+// One member's submission of one named op.
+struct Request {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = -1;  // broadcast: set rank of the root
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each member
+
+  int64_t num_elements() const;
+  size_t byte_size() const;
+  bool operator==(const Request&) const = default;
+};
+
+// The coordinator's decision: run these ops (several only for a fused
+// allreduce), or fail them with `error`. Every member receives the same
+// sequence of responses and executes it in order.
+struct Response {
+  OpType op = OpType::kAllreduce;
+  std::vector<std::string> names;
+  std::string error;            // non-empty: the ops fail with a Mismatch
+  std::vector<int64_t> sizes;   // allgather: first dims per member;
+                                // alltoall: n*n rows, [sender * n + receiver]
+  std::vector<uint8_t> cache;   // per name: 1 = both sides store it in the
+                                // response cache under the next free slot
+  std::vector<int32_t> slots;   // wire form, per name: the cache slot it is
+                                // sent as, or -1 when sent by name
+};
+
+}  // namespace hora

@@ -1,0 +1,44 @@
+// TensorQueue: the ops one rank has submitted to one process set and that
+// have not run yet. Front-end threads push; the set's engine thread takes the
+// new requests to negotiate and, once agreed, the entries to run.
+// Thread-safe; never blocks beyond its mutex.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "coordinator/request.h"
+#include "hora/tensor_view.h"
+#include "hora/work.h"
+
+namespace hora {
+
+struct TensorEntry {
+  Request request;
+  TensorView input;
+  TensorView output;  // caller memory for allreduce, broadcast, reducescatter
+  std::shared_ptr<Work> work;
+};
+
+class TensorQueue {
+ public:
+  // Throws InvalidArgument when an op of the same name is still pending.
+  void push(TensorEntry entry);
+  // Requests pushed since the last call, in push order.
+  std::vector<Request> take_new();
+  // Removes and returns the pending entry `name`; throws Internal if absent.
+  TensorEntry take(const std::string& name);
+  // Removes and returns every pending entry.
+  std::vector<TensorEntry> take_all();
+  bool empty() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, TensorEntry> pending_;
+  std::vector<std::string> fresh_;
+};
+
+}  // namespace hora

@@ -1,0 +1,218 @@
+#include "coordinator/wire.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "hora/errors.h"
+
+namespace hora {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "wire format assumes little-endian hosts");
+
+constexpr uint16_t kMagic = 0x5248;  // "HR"
+constexpr uint8_t kMemberKind = 1;
+constexpr uint8_t kCoordinatorKind = 2;
+constexpr uint32_t kMaxString = 64 * 1024;
+constexpr uint32_t kMaxCount = 1 << 22;
+constexpr uint32_t kMaxDims = 64;
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T value) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& v) {
+    put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (const T& x : v) put<T>(x);
+  }
+  std::vector<uint8_t> take() { return std::move(bytes_); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+
+  template <typename T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T value;
+    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  std::string get_string(const char* what) {
+    uint32_t n = get<uint32_t>(what);
+    if (n > kMaxString) fail(what, "string of " + std::to_string(n) + " bytes is too long");
+    need(n, what);
+    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  template <typename T>
+  std::vector<T> get_vector(const char* what, uint32_t max_count = kMaxCount) {
+    uint32_t n = get<uint32_t>(what);
+    if (n > max_count) fail(what, "count " + std::to_string(n) + " exceeds " + std::to_string(max_count));
+    need(static_cast<size_t>(n) * sizeof(T), what);
+    std::vector<T> v(n);
+    if (n > 0) std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return v;
+  }
+  void expect_end() {
+    if (pos_ != bytes_.size())
+      fail("message", std::to_string(bytes_.size() - pos_) + " trailing bytes");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& why) {
+    throw Internal(std::string("malformed control message: ") + what + ": " + why);
+  }
+
+ private:
+  void need(size_t n, const char* what) {
+    if (bytes_.size() - pos_ < n) fail(what, "truncated");
+  }
+  const std::vector<uint8_t>& bytes_;
+  size_t pos_ = 0;
+};
+
+void put_header(Writer& w, uint8_t kind) {
+  w.put<uint16_t>(kMagic);
+  w.put<uint8_t>(kWireVersion);
+  w.put<uint8_t>(kind);
+}
+
+void check_header(Reader& r, uint8_t kind) {
+  if (r.get<uint16_t>("magic") != kMagic) r.fail("magic", "not a hora control message");
+  uint8_t version = r.get<uint8_t>("version");
+  if (version != kWireVersion)
+    r.fail("version", "got " + std::to_string(version) + ", expected " + std::to_string(kWireVersion));
+  if (r.get<uint8_t>("kind") != kind) r.fail("kind", "unexpected message kind");
+}
+
+void put_request(Writer& w, const Request& q) {
+  w.put_string(q.name);
+  w.put<uint8_t>(static_cast<uint8_t>(q.op));
+  w.put<uint8_t>(static_cast<uint8_t>(q.dtype));
+  w.put<uint8_t>(static_cast<uint8_t>(q.reduce_op));
+  w.put<int32_t>(q.root);
+  w.put<double>(q.prescale);
+  w.put<double>(q.postscale);
+  w.put_vector(q.shape);
+  w.put_vector(q.splits);
+}
+
+Request get_request(Reader& r) {
+  Request q;
+  q.name = r.get_string("request name");
+  uint8_t op = r.get<uint8_t>("op type");
+  if (op >= kNumOpTypes) r.fail("op type", "unknown value " + std::to_string(op));
+  q.op = static_cast<OpType>(op);
+  uint8_t dtype = r.get<uint8_t>("dtype");
+  if (!is_valid_dtype(dtype)) r.fail("dtype", "unknown value " + std::to_string(dtype));
+  q.dtype = static_cast<DataType>(dtype);
+  uint8_t reduce_op = r.get<uint8_t>("reduce op");
+  if (!is_valid_reduce_op(reduce_op)) r.fail("reduce op", "unknown value " + std::to_string(reduce_op));
+  q.reduce_op = static_cast<ReduceOp>(reduce_op);
+  q.root = r.get<int32_t>("root");
+  q.prescale = r.get<double>("prescale");
+  q.postscale = r.get<double>("postscale");
+  q.shape = r.get_vector<int64_t>("shape", kMaxDims);
+  for (int64_t d : q.shape)
+    if (d < 0) r.fail("shape", "negative dimension");
+  q.splits = r.get_vector<int64_t>("splits");
+  return q;
+}
+
+void put_response(Writer& w, const Response& s) {
+  w.put<uint8_t>(static_cast<uint8_t>(s.op));
+  w.put<uint32_t>(static_cast<uint32_t>(s.names.size()));
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    int32_t slot = i < s.slots.size() ? s.slots[i] : -1;
+    w.put<int32_t>(slot);
+    if (slot < 0) w.put_string(s.names[i]);
+  }
+  w.put_string(s.error);
+  w.put_vector(s.sizes);
+  w.put_vector(s.cache);
+}
+
+Response get_response(Reader& r) {
+  Response s;
+  uint8_t op = r.get<uint8_t>("response op type");
+  if (op >= kNumOpTypes) r.fail("response op type", "unknown value " + std::to_string(op));
+  s.op = static_cast<OpType>(op);
+  uint32_t n = r.get<uint32_t>("response name count");
+  if (n == 0 || n > kMaxCount) r.fail("response name count", "invalid count " + std::to_string(n));
+  for (uint32_t i = 0; i < n; ++i) {
+    int32_t slot = r.get<int32_t>("response slot");
+    s.slots.push_back(slot);
+    s.names.push_back(slot < 0 ? r.get_string("response name") : std::string());
+  }
+  s.error = r.get_string("response error");
+  s.sizes = r.get_vector<int64_t>("response sizes");
+  s.cache = r.get_vector<uint8_t>("response cache flags");
+  if (s.cache.size() != n) r.fail("response cache flags", "count differs from name count");
+  return s;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const MemberMessage& message) {
+  Writer w;
+  put_header(w, kMemberKind);
+  w.put<uint32_t>(static_cast<uint32_t>(message.requests.size()));
+  for (const Request& q : message.requests) put_request(w, q);
+  // Cached slots travel as a bit vector.
+  uint32_t bits = message.cached_slots.empty() ? 0 : message.cached_slots.back() + 1;
+  std::vector<uint8_t> mask((bits + 7) / 8, 0);
+  for (uint32_t slot : message.cached_slots) mask[slot / 8] |= static_cast<uint8_t>(1u << (slot % 8));
+  w.put_vector(mask);
+  return w.take();
+}
+
+MemberMessage decode_member_message(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  check_header(r, kMemberKind);
+  MemberMessage m;
+  uint32_t n = r.get<uint32_t>("request count");
+  if (n > kMaxCount) r.fail("request count", "invalid count " + std::to_string(n));
+  for (uint32_t i = 0; i < n; ++i) m.requests.push_back(get_request(r));
+  std::vector<uint8_t> mask = r.get_vector<uint8_t>("cache bits");
+  for (uint32_t byte = 0; byte < mask.size(); ++byte)
+    for (uint32_t bit = 0; bit < 8; ++bit)
+      if (mask[byte] & (1u << bit)) m.cached_slots.push_back(byte * 8 + bit);
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode(const CoordinatorMessage& message) {
+  Writer w;
+  put_header(w, kCoordinatorKind);
+  w.put<uint32_t>(static_cast<uint32_t>(message.responses.size()));
+  for (const Response& s : message.responses) put_response(w, s);
+  return w.take();
+}
+
+CoordinatorMessage decode_coordinator_message(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  check_header(r, kCoordinatorKind);
+  CoordinatorMessage m;
+  uint32_t n = r.get<uint32_t>("response count");
+  if (n > kMaxCount) r.fail("response count", "invalid count " + std::to_string(n));
+  for (uint32_t i = 0; i < n; ++i) m.responses.push_back(get_response(r));
+  r.expect_end();
+  return m;
+}
+
+}  // namespace hora

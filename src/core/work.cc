@@ -1,0 +1,41 @@
+#include "hora/work.h"
+
+namespace hora {
+
+bool Work::ready() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void Work::wait() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [this] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::byte* Work::allocate_output(size_t bytes, std::vector<int64_t> shape) {
+  output_.reset(new std::byte[bytes == 0 ? 1 : bytes]);
+  output_bytes_ = bytes;
+  output_shape_ = std::move(shape);
+  return output_.get();
+}
+
+void Work::complete() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Work::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    error_ = std::move(error);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace hora

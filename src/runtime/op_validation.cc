@@ -1,0 +1,111 @@
+#include "runtime/op_validation.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "collectives/collectives.h"
+#include "hora/errors.h"
+
+namespace hora {
+namespace {
+
+[[noreturn]] void invalid(const OpArgs& args, const std::string& what) {
+  throw InvalidArgument(std::string(op_type_name(args.op)) + (args.name.empty() ? "" : " '" + args.name + "'") +
+                        ": " + what);
+}
+
+void check_tensor(const OpArgs& args, const TensorView& t, const char* which) {
+  for (int64_t d : t.shape)
+    if (d < 0) invalid(args, std::string(which) + " has a negative dimension");
+  if (t.data == nullptr && t.num_elements() > 0) invalid(args, std::string(which) + " has no data");
+}
+
+void check_output(const OpArgs& args, int64_t expected_elements) {
+  check_tensor(args, args.output, "output");
+  if (args.output.dtype != args.input.dtype)
+    invalid(args, "output dtype " + std::string(dtype_name(args.output.dtype)) + " differs from input dtype " +
+                      std::string(dtype_name(args.input.dtype)));
+  if (args.output.num_elements() != expected_elements)
+    invalid(args, "output holds " + std::to_string(args.output.num_elements()) + " elements, expected " +
+                      std::to_string(expected_elements));
+}
+
+void check_reduction(const OpArgs& args) {
+  if (args.input.dtype != DataType::kBool) return;
+  if (args.prescale != 1.0 || args.postscale != 1.0) invalid(args, "scale factors are not supported for bool tensors");
+  if (args.reduce_op == ReduceOp::kAverage) invalid(args, "Average is not supported for bool tensors");
+}
+
+std::vector<int64_t> alltoall_splits(const ProcessSet& set, const OpArgs& args) {
+  const int64_t rows = args.input.shape.front();
+  if (args.splits.empty()) {
+    if (rows % set.size() != 0)
+      invalid(args, "first dimension " + std::to_string(rows) + " does not divide evenly among " +
+                        std::to_string(set.size()) + " ranks; pass splits");
+    return std::vector<int64_t>(set.size(), rows / set.size());
+  }
+  if (static_cast<int>(args.splits.size()) != set.size())
+    invalid(args, "splits has " + std::to_string(args.splits.size()) + " entries but process set " +
+                      std::to_string(set.id) + " has " + std::to_string(set.size()) + " ranks");
+  if (std::any_of(args.splits.begin(), args.splits.end(), [](int64_t s) { return s < 0; }))
+    invalid(args, "splits must not be negative");
+  int64_t sum = std::accumulate(args.splits.begin(), args.splits.end(), int64_t{0});
+  if (sum != rows)
+    invalid(args, "splits add up to " + std::to_string(sum) + " but the first dimension is " + std::to_string(rows));
+  return args.splits;
+}
+
+}  // namespace
+
+Request make_request(const ProcessSet& set, OpArgs& args) {
+  if (!set.included())
+    invalid(args, "this rank is not a member of process set " + std::to_string(set.id) + " " +
+                      ranks_string(set.ranks));
+  Request q;
+  q.name = args.name;
+  q.op = args.op;
+  if (args.op == OpType::kBarrier) return q;
+  check_tensor(args, args.input, "input");
+  q.dtype = args.input.dtype;
+  q.shape = args.input.shape;
+  const bool needs_rows = args.op == OpType::kAllgather || args.op == OpType::kAlltoall ||
+                          args.op == OpType::kReducescatter;
+  if (needs_rows && args.input.shape.empty()) invalid(args, "needs a tensor with at least one dimension");
+  switch (args.op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter: {
+      check_reduction(args);
+      q.reduce_op = args.reduce_op;
+      q.prescale = args.prescale;
+      q.postscale = args.postscale;
+      if (args.op == OpType::kAllreduce) {
+        check_output(args, args.input.num_elements());
+      } else {
+        int64_t rows = args.input.shape.front();
+        int64_t per_row = rows == 0 ? 0 : args.input.num_elements() / rows;
+        check_output(args, reducescatter_block(rows, set.size(), set.rank).second * per_row);
+      }
+      break;
+    }
+    case OpType::kBroadcast: {
+      auto it = std::find(set.ranks.begin(), set.ranks.end(), args.root);
+      if (it == set.ranks.end())
+        invalid(args, "root rank " + std::to_string(args.root) + " is not a member of process set " +
+                          std::to_string(set.id) + " " + ranks_string(set.ranks));
+      q.root = static_cast<int32_t>(it - set.ranks.begin());
+      check_output(args, args.input.num_elements());
+      break;
+    }
+    case OpType::kAlltoall:
+      args.splits = alltoall_splits(set, args);
+      q.splits = args.splits;
+      break;
+    case OpType::kAllgather:
+    case OpType::kBarrier:
+      break;
+  }
+  return q;
+}
+
+}  // namespace hora

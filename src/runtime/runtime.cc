@@ -1,0 +1,147 @@
+#include "hora/runtime.h"
+
+#include "hora/errors.h"
+#include "process_set/membership.h"
+#include "process_set/process_set_table.h"
+#include "runtime/op_validation.h"
+#include "runtime/progress_engine.h"
+#include "transport/backend.h"
+
+namespace hora {
+namespace {
+
+std::shared_ptr<Store> store_for(const RuntimeConfig& config) {
+  if (config.rendezvous_host.empty()) return make_hash_store();
+  return make_tcp_store(config.rendezvous_host, config.rendezvous_port, config.secret);
+}
+
+std::unique_ptr<BackendFactory> factory_for(const RuntimeConfig& config) {
+  if (config.size == 1 && config.rendezvous_host.empty()) return make_local_backend_factory();
+  return make_gloo_backend_factory(config.hostname);
+}
+
+ProcessSet make_set(int32_t id, std::vector<int> ranks, int my_rank) {
+  ProcessSet set{id, std::move(ranks), -1};
+  for (size_t i = 0; i < set.ranks.size(); ++i)
+    if (set.ranks[i] == my_rank) set.rank = static_cast<int>(i);
+  return set;
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& initial_sets)
+    : Runtime(config, store_for(config), factory_for(config), initial_sets) {}
+
+Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
+                 const std::vector<std::vector<int>>& initial_sets)
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      factory_(std::move(factory)),
+      table_(std::make_unique<ProcessSetTable>()) {
+  std::vector<ProcessSet> sets;
+  std::vector<int> world(config_.size);
+  for (int r = 0; r < config_.size; ++r) world[r] = r;
+  sets.push_back(make_set(0, world, config_.rank));
+  for (const std::vector<int>& ranks : initial_sets)
+    sets.push_back(make_set(static_cast<int32_t>(sets.size()), validate_ranks(ranks, config_.size), config_.rank));
+  first_dynamic_id_ = static_cast<int32_t>(sets.size());
+  try {
+    for (const ProcessSet& set : sets) {
+      table_->insert(set);
+      if (set.included()) create_set(set);
+    }
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+void Runtime::create_set(const ProcessSet& set) {
+  auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
+  auto set_store = make_prefix_store("process_set." + std::to_string(set.id), store_);
+  std::unique_ptr<Backend> backend = factory_->create(set.ranks, config_.rank, set_store, timeout);
+  auto engine = std::make_shared<ProgressEngine>(
+      EngineOptions{set.id, set.ranks, config_.fusion_threshold, config_.cache_capacity}, std::move(backend));
+  std::lock_guard<std::mutex> lock(mutex_);
+  engines_[set.id] = std::move(engine);
+}
+
+ProcessSet Runtime::add_process_set(std::vector<int> ranks) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) throw InvalidArgument("hora has been shut down");
+  }
+  ranks = validate_ranks(std::move(ranks), config_.size);
+  ProcessSet set = make_set(-1, ranks, config_.rank);
+  if (!set.included()) return set;
+  int generation = table_->next_generation(ranks);
+  set.id = agree_process_set_id(*store_, ranks, config_.rank, generation, first_dynamic_id_, config_.timeout);
+  table_->insert(set);
+  create_set(set);
+  return set;
+}
+
+bool Runtime::remove_process_set(int32_t id) {
+  if (id == 0) return false;
+  std::shared_ptr<ProgressEngine> removed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = engines_.find(id);
+    if (it == engines_.end()) return false;
+    removed = it->second;
+  }
+  // Every member removes the set: wait for all of them before stopping it.
+  try {
+    OpArgs barrier;
+    barrier.op = OpType::kBarrier;
+    barrier.name = "hora.remove_process_set";
+    removed->submit(make_request(process_set(id), barrier), {}, {})->wait();
+  } catch (const Error&) {
+    // A broken set is removed all the same.
+  }
+  table_->erase(id);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engines_.erase(id);
+  }
+  removed->stop("process set " + std::to_string(id) + " has been removed");
+  return true;
+}
+
+ProcessSet Runtime::process_set(int32_t id) const { return table_->get(id); }
+
+std::vector<ProcessSet> Runtime::process_sets() const {
+  std::vector<ProcessSet> out;
+  for (int32_t id : table_->ids()) out.push_back(table_->get(id));
+  return out;
+}
+
+std::shared_ptr<ProgressEngine> Runtime::engine(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) throw InvalidArgument("hora has been shut down; call init() first");
+  auto it = engines_.find(id);
+  return it == engines_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Work> Runtime::enqueue(int32_t id, OpArgs args) {
+  std::shared_ptr<ProgressEngine> target = engine(id);
+  ProcessSet set = table_->get(id);
+  Request request = make_request(set, args);
+  if (!target) throw Internal("process set " + std::to_string(id) + " has no engine on a member rank");
+  return target->submit(std::move(request), args.input, args.output);
+}
+
+void Runtime::shutdown() {
+  std::map<int32_t, std::shared_ptr<ProgressEngine>> engines;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    engines.swap(engines_);
+  }
+  for (auto& [id, engine] : engines) engine->stop("hora has been shut down");
+}
+
+}  // namespace hora

@@ -1,0 +1,481 @@
+// Client of the launcher's rendezvous server. The wire protocol is described in
+// docs/rendezvous.md; its encoding lives only in this file.
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hora/errors.h"
+#include "hora/store.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr uint8_t kProtocolVersion = 1;
+enum class Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kPing = 5 };
+enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kBadSecret = 3, kBadRequest = 4 };
+
+constexpr size_t kMaxKeyBytes = 4096;
+constexpr size_t kMaxValueBytes = size_t{64} << 20;
+constexpr size_t kMaxSecretBytes = 256;
+constexpr size_t kMaxWaitKeys = 4096;
+constexpr size_t kMaxFrameBytes = kMaxValueBytes + (size_t{64} << 10);
+constexpr uint32_t kNoTimeoutMs = 0xFFFFFFFF;
+
+// How long SET and ADD keep trying to reach the server, and the least time
+// GET and WAIT give a connection attempt however short their own timeout.
+constexpr milliseconds kConnectTimeout{30000};
+constexpr milliseconds kMinConnectTimeout{1000};
+// How long past a request's own timeout the client waits for its reply.
+constexpr milliseconds kReplySlack{30000};
+
+// A live connection failed (reset, closed, refused a write). The store
+// reconnects once when it sees this; it never escapes the file.
+class ConnectionLost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+Clock::time_point deadline_after(milliseconds duration) {
+  // About a year is "forever"; capping keeps the addition from overflowing.
+  const milliseconds cap = std::chrono::hours(24 * 365);
+  return Clock::now() + std::clamp(duration, milliseconds{0}, cap);
+}
+
+uint32_t wire_timeout(milliseconds timeout) {
+  if (timeout.count() <= 0) return 0;
+  if (timeout.count() >= int64_t{kNoTimeoutMs}) return kNoTimeoutMs;
+  return static_cast<uint32_t>(timeout.count());
+}
+
+// Printable form of a key for error messages: escapes bytes, cuts long keys.
+std::string quote_key(const std::string& key) {
+  std::string out = "'";
+  for (size_t i = 0; i < key.size() && i < 120; ++i) {
+    const auto c = static_cast<unsigned char>(key[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out + (key.size() > 120 ? "...'" : "'");
+}
+
+std::string quote_keys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (size_t i = 0; i < keys.size() && i < 8; ++i) out += (i ? ", " : "") + quote_key(keys[i]);
+  if (keys.size() > 8) out += ", ... (" + std::to_string(keys.size()) + " keys)";
+  return out;
+}
+
+// --- wire encoding ---------------------------------------------------------
+
+struct Request {
+  Command command = Command::kPing;
+  uint32_t timeout_ms = 0;
+  std::vector<std::string> keys;
+  std::vector<uint8_t> value;
+};
+
+struct Reply {
+  Status status = Status::kOk;
+  std::vector<uint8_t> value;
+};
+
+// Builds one frame: the u32 payload length, then the payload.
+class FrameWriter {
+ public:
+  explicit FrameWriter(size_t payload_size) {
+    bytes_.reserve(4 + payload_size);
+    u32(static_cast<uint32_t>(payload_size));
+  }
+  void u8(uint8_t v) { bytes_.push_back(v); }
+  void u16(uint16_t v) { little_endian(v, 2); }
+  void u32(uint32_t v) { little_endian(v, 4); }
+  void raw(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    bytes_.insert(bytes_.end(), p, p + n);
+  }
+  void sized(const void* data, size_t n) {
+    u32(static_cast<uint32_t>(n));
+    raw(data, n);
+  }
+  std::vector<uint8_t> finish() && { return std::move(bytes_); }
+
+ private:
+  void little_endian(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> bytes_;
+};
+
+// Bounds-checked reader over a reply payload; an overrun means the server
+// broke the protocol.
+class PayloadReader {
+ public:
+  explicit PayloadReader(const std::vector<uint8_t>& data) : data_(data) {}
+  uint8_t u8() { return take(1)[0]; }
+  uint32_t u32() {
+    const uint8_t* p = take(4);
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+  }
+  const uint8_t* take(size_t n) {
+    if (n > data_.size() - pos_) throw Internal("malformed reply from the rendezvous server");
+    const uint8_t* p = data_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  bool at_end() const { return pos_ == data_.size(); }
+
+ private:
+  const std::vector<uint8_t>& data_;
+  size_t pos_ = 0;
+};
+
+std::vector<uint8_t> encode_request(const std::string& secret, const Request& request) {
+  size_t payload_size = 1 + 1 + 2 + secret.size() + 4 + 4 + 4 + request.value.size();
+  for (const std::string& key : request.keys) payload_size += 4 + key.size();
+  FrameWriter w(payload_size);
+  w.u8(kProtocolVersion);
+  w.u8(static_cast<uint8_t>(request.command));
+  w.u16(static_cast<uint16_t>(secret.size()));
+  w.raw(secret.data(), secret.size());
+  w.u32(request.timeout_ms);
+  w.u32(static_cast<uint32_t>(request.keys.size()));
+  for (const std::string& key : request.keys) w.sized(key.data(), key.size());
+  w.sized(request.value.data(), request.value.size());
+  return std::move(w).finish();
+}
+
+Reply decode_reply(const std::vector<uint8_t>& payload) {
+  PayloadReader r(payload);
+  Reply reply;
+  const uint8_t status = r.u8();
+  if (status > static_cast<uint8_t>(Status::kBadRequest)) {
+    throw Internal("unknown status " + std::to_string(status) + " from the rendezvous server");
+  }
+  reply.status = static_cast<Status>(status);
+  const uint32_t length = r.u32();
+  const uint8_t* value = r.take(length);
+  reply.value.assign(value, value + length);
+  if (!r.at_end()) throw Internal("malformed reply from the rendezvous server");
+  return reply;
+}
+
+std::vector<std::string> decode_keys(const std::vector<uint8_t>& data) {
+  PayloadReader r(data);
+  std::vector<std::string> keys(std::min<size_t>(r.u32(), kMaxWaitKeys));
+  for (std::string& key : keys) {
+    const uint32_t length = r.u32();
+    const uint8_t* p = r.take(length);
+    key.assign(reinterpret_cast<const char*>(p), length);
+  }
+  return keys;
+}
+
+// --- socket ----------------------------------------------------------------
+
+// Waits until `fd` is ready for `events`; false when the deadline passes.
+bool wait_ready(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60000)));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) throw ConnectionLost(std::string("poll: ") + std::strerror(errno));
+    if (r == 0 && Clock::now() >= deadline) return false;
+  }
+}
+
+// One TCP connection to the server; owns the descriptor.
+class Connection {
+ public:
+  explicit Connection(int fd) : fd_(fd) {}
+  Connection(Connection&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Connection& operator=(Connection&&) = delete;
+  ~Connection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void send_all(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      if (!wait_ready(fd_, POLLOUT, deadline)) throw ConnectionLost("send timed out");
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) throw ConnectionLost(std::string("send: ") + std::strerror(errno));
+      sent += static_cast<size_t>(n);
+    }
+  }
+
+  // Returns the next frame's payload; throws ConnectionLost if the connection
+  // breaks or the deadline passes (then timed_out() is true).
+  std::vector<uint8_t> recv_frame(Clock::time_point deadline) {
+    uint8_t header[4];
+    recv_exact(header, 4, deadline);
+    const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 |
+                            uint32_t{header[2]} << 16 | uint32_t{header[3]} << 24;
+    if (length > kMaxFrameBytes) throw Internal("oversized reply from the rendezvous server");
+    std::vector<uint8_t> payload(length);
+    recv_exact(payload.data(), length, deadline);
+    return payload;
+  }
+
+  // Set when recv_frame gave up because the deadline passed.
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  void recv_exact(uint8_t* out, size_t n, Clock::time_point deadline) {
+    size_t got = 0;
+    while (got < n) {
+      if (!wait_ready(fd_, POLLIN, deadline)) {
+        timed_out_ = true;
+        throw ConnectionLost("no reply in time");
+      }
+      const ssize_t r = ::recv(fd_, out + got, n - got, 0);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r == 0) throw ConnectionLost("the server closed the connection");
+      if (r < 0) throw ConnectionLost(std::string("recv: ") + std::strerror(errno));
+      got += static_cast<size_t>(r);
+    }
+  }
+
+  int fd_;
+  bool timed_out_ = false;
+};
+
+// One non-blocking connect attempt to one address; returns a descriptor or -1
+// with `error` set.
+int connect_once(const addrinfo& address, Clock::time_point deadline, std::string& error) {
+  const int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          address.ai_protocol);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return -1;
+  }
+  int status = ::connect(fd, address.ai_addr, address.ai_addrlen) == 0 ? 0 : errno;
+  if (status == EINPROGRESS) {
+    socklen_t len = sizeof status;
+    status = ETIMEDOUT;
+    if (wait_ready(fd, POLLOUT, std::max(deadline, Clock::now() + milliseconds{100}))) {
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &status, &len);
+    }
+  }
+  if (status != 0) {
+    error = std::strerror(status);
+    ::close(fd);
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// Connects to host:port, retrying until `deadline`; throws hora::Timeout.
+Connection open_connection(const std::string& host, int port, Clock::time_point deadline) {
+  std::string error = "no address";
+  milliseconds pause{20};
+  while (true) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* addresses = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addresses);
+    if (rc != 0) {
+      error = ::gai_strerror(rc);
+    } else {
+      for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+        const int fd = connect_once(*a, deadline, error);
+        if (fd >= 0) {
+          ::freeaddrinfo(addresses);
+          return Connection(fd);
+        }
+      }
+      ::freeaddrinfo(addresses);
+    }
+    if (Clock::now() >= deadline) {
+      throw Timeout("cannot reach the rendezvous server at " + host + ":" + std::to_string(port) +
+                    ": " + error);
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    pause = std::min(pause * 2, milliseconds{500});
+  }
+}
+
+// --- the store -------------------------------------------------------------
+
+// Store over one connection to the rendezvous server. Any thread may call it;
+// a mutex serialises requests, so a blocking get() or wait() holds up the
+// other threads using the same store until it returns.
+class TcpStore final : public Store {
+ public:
+  TcpStore(std::string host, int port, std::string secret)
+      : host_(std::move(host)), port_(port), secret_(std::move(secret)) {}
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    check_key(key);
+    if (value.size() > kMaxValueBytes) {
+      throw InvalidArgument("rendezvous value of " + std::to_string(value.size()) +
+                            " bytes for key " + quote_key(key) + " exceeds the limit of " +
+                            std::to_string(kMaxValueBytes) + " bytes");
+    }
+    call({Command::kSet, 0, {key}, value}, kConnectTimeout);
+  }
+
+  std::vector<uint8_t> get(const std::string& key, milliseconds timeout) override {
+    check_key(key);
+    Reply reply = call({Command::kGet, wire_timeout(timeout), {key}, {}}, timeout);
+    if (reply.status != Status::kOk) {
+      throw Timeout("rendezvous key " + quote_key(key) + " was not set within " +
+                    std::to_string(timeout.count()) + " ms (server " + where() + ")");
+    }
+    return std::move(reply.value);
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    check_key(key);
+    const std::string text = std::to_string(delta);
+    const Reply reply = call({Command::kAdd, 0, {key}, {text.begin(), text.end()}}, kConnectTimeout);
+    int64_t result = 0;
+    const char* begin = reinterpret_cast<const char*>(reply.value.data());
+    const auto [end, ec] = std::from_chars(begin, begin + reply.value.size(), result);
+    if (ec != std::errc() || end != begin + reply.value.size()) {
+      throw InvalidArgument("the counter at rendezvous key " + quote_key(key) +
+                            " is not a 64-bit integer");
+    }
+    return result;
+  }
+
+  void wait(const std::vector<std::string>& keys, milliseconds timeout) override {
+    if (keys.empty()) return;
+    if (keys.size() > kMaxWaitKeys) {
+      throw InvalidArgument("cannot wait for " + std::to_string(keys.size()) +
+                            " rendezvous keys at once; the limit is " +
+                            std::to_string(kMaxWaitKeys));
+    }
+    for (const std::string& key : keys) check_key(key);
+    const Reply reply = call({Command::kWait, wire_timeout(timeout), keys, {}}, timeout);
+    if (reply.status != Status::kOk) {
+      std::vector<std::string> missing = decode_keys(reply.value);
+      if (missing.empty()) missing = keys;
+      throw Timeout("rendezvous keys " + quote_keys(missing) + " were not set within " +
+                    std::to_string(timeout.count()) + " ms (server " + where() + ")");
+    }
+  }
+
+ private:
+  std::string where() const { return host_ + ":" + std::to_string(port_); }
+
+  static void check_key(const std::string& key) {
+    if (key.size() > kMaxKeyBytes) {
+      throw InvalidArgument("rendezvous key " + quote_key(key) + " of " +
+                            std::to_string(key.size()) + " bytes exceeds the limit of " +
+                            std::to_string(kMaxKeyBytes) + " bytes");
+    }
+  }
+
+  // Sends `request` and returns the reply (OK, NOT_FOUND or TIMEOUT); turns
+  // BAD_SECRET and BAD_REQUEST into exceptions. `budget` is the request's own
+  // timeout: it bounds connecting and, with kReplySlack, the wait for the reply.
+  Reply call(const Request& request, milliseconds budget) {
+    const std::vector<uint8_t> frame = encode_request(secret_, request);
+    const auto connect_deadline = deadline_after(std::max(budget, kMinConnectTimeout));
+    const auto reply_deadline = deadline_after(std::min(budget, milliseconds::max() - kReplySlack) +
+                                               kReplySlack);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool reused = connection_.has_value();
+    if (!reused) connection_.emplace(open_connection(host_, port_, connect_deadline));
+    try {
+      return check_refusal(exchange(frame, reply_deadline));
+    } catch (const ConnectionLost& lost) {
+      const bool timed_out = connection_->timed_out();
+      connection_.reset();
+      if (timed_out || !reused) throw_lost_connection(lost, timed_out);
+    }
+    // The connection had broken since its last use: reconnect once and resend.
+    connection_.emplace(open_connection(host_, port_, connect_deadline));
+    try {
+      return check_refusal(exchange(frame, reply_deadline));
+    } catch (const ConnectionLost& lost) {
+      const bool timed_out = connection_->timed_out();
+      connection_.reset();
+      throw_lost_connection(lost, timed_out);
+    }
+  }
+
+  Reply exchange(const std::vector<uint8_t>& frame, Clock::time_point deadline) {
+    connection_->send_all(frame, deadline);
+    try {
+      return decode_reply(connection_->recv_frame(deadline));
+    } catch (const Internal&) {
+      connection_.reset();   // the stream is out of step; start afresh next time
+      throw;
+    }
+  }
+
+  Reply check_refusal(Reply reply) {
+    if (reply.status == Status::kBadSecret) {
+      connection_.reset();   // the server closes after a refusal
+      throw InvalidArgument("the rendezvous server at " + where() +
+                            " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
+                            "horarun gave this job");
+    }
+    if (reply.status == Status::kBadRequest) {
+      connection_.reset();
+      throw InvalidArgument("the rendezvous server at " + where() + " refused the request: " +
+                            std::string(reply.value.begin(), reply.value.end()));
+    }
+    return reply;
+  }
+
+  [[noreturn]] void throw_lost_connection(const ConnectionLost& lost, bool timed_out) const {
+    if (timed_out) throw Timeout("no reply from the rendezvous server at " + where());
+    throw PeerFailure("lost the connection to the rendezvous server at " + where() + ": " +
+                       lost.what());
+  }
+
+  const std::string host_;
+  const int port_;
+  const std::string secret_;
+  std::mutex mutex_;
+  std::optional<Connection> connection_;   // guarded by mutex_; empty until first use
+};
+
+}  // namespace
+
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const std::string& secret) {
+  if (host.empty()) throw InvalidArgument("rendezvous host is empty");
+  if (port <= 0 || port > 65535) {
+    throw InvalidArgument("rendezvous port " + std::to_string(port) + " is not in 1..65535");
+  }
+  if (secret.empty() || secret.size() > kMaxSecretBytes) {
+    throw InvalidArgument("the job secret must be 1.." + std::to_string(kMaxSecretBytes) +
+                          " bytes, got " + std::to_string(secret.size()));
+  }
+  return std::make_shared<TcpStore>(host, port, secret);
+}
+
+}  // namespace hora

@@ -1,0 +1,83 @@
+// The communicator of one process set, and the factory that makes them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hora/store.h"
+#include "hora/types.h"
+
+namespace hora {
+
+// A control-plane message from another member of the same process set.
+struct ControlMessage {
+  int from = -1;  // sender's rank within the set
+  std::vector<uint8_t> bytes;
+};
+
+// One process set's communicator.
+//
+// Data-plane calls (allreduce ... barrier) are made only by the set's progress
+// engine thread, in the same order on every member, and block until done; a
+// peer that dies or a call that runs past the timeout throws PeerFailure or
+// Timeout. The control plane is a star between set rank 0 (the coordinator)
+// and every other member: send_control may be called from any thread;
+// receive_control only from the engine thread; wake() from any thread, to
+// end a receive_control early (used when local work arrives).
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual int rank() const = 0;  // this process's rank within the set
+  virtual int size() const = 0;
+
+  // In place over `count` elements: every member ends with the reduction.
+  // `op` is kSum, kMin, kMax or kProduct (Average is a Sum plus scaling,
+  // done by the caller).
+  virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) = 0;
+  // `out` receives the members' inputs concatenated in set-rank order;
+  // recv_bytes[i] is the byte size of member i's input (this member's
+  // input is recv_bytes[rank()] bytes at `in`).
+  virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& recv_bytes) = 0;
+  // `root` is a set rank.
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // send_bytes[i] bytes go from `in` (packed in set-rank order) to member i;
+  // recv_bytes[i] bytes arrive from member i into `out` (packed likewise).
+  virtual void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                         const std::vector<size_t>& recv_bytes) = 0;
+  virtual void barrier() = 0;
+
+  // Sends to set rank `to` (0 from a member; any member from rank 0).
+  virtual void send_control(int to, const std::vector<uint8_t>& bytes) = 0;
+  // Blocks until a message arrives (returned), wake() is called or the
+  // deadline passes (nullopt). A peer whose control connection closed throws
+  // PeerFailure naming its global rank.
+  virtual std::optional<ControlMessage> receive_control(
+      std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void wake() = 0;
+};
+
+// Makes the communicators of one process. create() is called by the members
+// of a set only (never by other ranks), each with the same sorted
+// `global_ranks` and a store already prefixed for that set.
+class BackendFactory {
+ public:
+  virtual ~BackendFactory() = default;
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
+                                          std::shared_ptr<Store> set_store,
+                                          std::chrono::milliseconds timeout) = 0;
+};
+
+// Gloo over TCP. `hostname` is the address this process listens on.
+std::unique_ptr<BackendFactory> make_gloo_backend_factory(const std::string& hostname);
+
+// Ranks as threads of one process (tests). Every thread's factory must share
+// the same store, which the local backend uses to find its peers.
+std::unique_ptr<BackendFactory> make_local_backend_factory();
+
+}  // namespace hora

@@ -1,0 +1,70 @@
+// The control plane of one process set over TCP, separate from Gloo's
+// connections.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hora/store.h"
+#include "transport/backend.h"
+#include "transport/gloo/tcp_socket.h"
+
+namespace hora::gloo_transport {
+
+// A star of TCP connections between set rank 0 and every other member,
+// carrying frames of [u32 length, little-endian][bytes].
+//
+// Set rank 0 listens on an ephemeral port of `hostname` and publishes
+// "host:port" in the set's store; every other member connects and
+// introduces itself with its set rank. send() may be called from any thread
+// (one mutex per connection); receive() only from the engine thread, which
+// blocks in poll(2) on every connection plus an eventfd that wake() signals.
+// The destructor closes every connection, which peers see as PeerFailure.
+class ControlChannel {
+ public:
+  // Blocks until the star is connected or `timeout` passes (Timeout naming
+  // the missing global ranks). `set_name` prefixes error messages.
+  static std::unique_ptr<ControlChannel> connect(const std::vector<int>& global_ranks, int rank,
+                                                 const std::string& set_name,
+                                                 const std::string& hostname, Store& store,
+                                                 std::chrono::milliseconds timeout);
+  ~ControlChannel();
+
+  void send(int to, const std::vector<uint8_t>& bytes);
+  std::optional<ControlMessage> receive(Clock::time_point deadline);
+  void wake();
+
+ private:
+  // One connection, to set rank `rank`.
+  struct Link {
+    int rank = -1;
+    UniqueFd fd;
+    std::mutex send_mutex;          // serialises writers of whole frames
+    std::vector<uint8_t> received;  // bytes read but not yet returned
+    bool closed = false;            // EOF or error seen (engine thread only)
+  };
+
+  ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name);
+  void accept_members(int listen_fd, Clock::time_point deadline, std::chrono::milliseconds timeout);
+  void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout);
+  void add_link(int rank, UniqueFd fd, std::chrono::milliseconds timeout);
+  // A complete frame from some link (round robin), nullopt if none; throws
+  // PeerFailure for a closed link whose frames have all been returned.
+  std::optional<ControlMessage> pop_frame();
+  // Reads everything the socket has now.
+  void drain(Link& link);
+  std::string peer_name(int rank) const;
+
+  const std::vector<int> global_ranks_;
+  const int rank_;
+  const std::string set_name_;
+  std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
+  UniqueFd wake_fd_;
+  size_t next_link_ = 0;
+};
+
+}  // namespace hora::gloo_transport

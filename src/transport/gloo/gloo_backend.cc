@@ -1,0 +1,214 @@
+#include "transport/gloo/gloo_backend.h"
+
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/context.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "core/reduce.h"
+#include "hora/errors.h"
+
+namespace hora::gloo_transport {
+namespace {
+
+bool mentions_timeout(const std::string& message) {
+  return message.find("Timed out") != std::string::npos ||
+         message.find("timeout") != std::string::npos;
+}
+
+// Gloo's reduction callback: out = a (op) b, where out may alias a or b.
+::gloo::AllreduceOptions::Func make_reduce_function(DataType dtype, ReduceOp op) {
+  const size_t element_bytes = dtype_size(dtype);
+  return [=](void* out, const void* a, const void* b, size_t count) {
+    if (out == a) {
+      reduce_into(out, b, count, dtype, op);
+    } else if (out == b) {
+      reduce_into(out, a, count, dtype, op);  // every op is commutative
+    } else {
+      std::memcpy(out, a, count * element_bytes);
+      reduce_into(out, b, count, dtype, op);
+    }
+  };
+}
+
+// Gloo only moves elements; an unsigned type of the same width stands in
+// for every DataType.
+void set_output(::gloo::AllreduceOptions& opts, void* buf, size_t count, size_t element_bytes) {
+  switch (element_bytes) {
+    case 1: return opts.setOutput(static_cast<uint8_t*>(buf), count);
+    case 2: return opts.setOutput(static_cast<uint16_t*>(buf), count);
+    case 4: return opts.setOutput(static_cast<uint32_t*>(buf), count);
+    case 8: return opts.setOutput(static_cast<uint64_t*>(buf), count);
+    default: throw Internal("gloo backend: no element type of " + std::to_string(element_bytes) +
+                            " bytes");
+  }
+}
+
+std::vector<int64_t> as_counts(const std::vector<size_t>& bytes) {
+  return std::vector<int64_t>(bytes.begin(), bytes.end());
+}
+
+void copy_bytes(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memmove(to, from, bytes);
+}
+
+}  // namespace
+
+std::string describe_set(const std::vector<int>& global_ranks) {
+  std::string out = "process set [";
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(global_ranks[i]);
+  }
+  return out + "]";
+}
+
+void rethrow_as_hora_error(const std::string& where) {
+  try {
+    throw;
+  } catch (const Timeout& e) {
+    throw Timeout(where + ": " + e.what());
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(where + ": " + e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const ::gloo::IoException& e) {
+    if (mentions_timeout(e.what())) throw Timeout(where + ": " + e.what());
+    throw PeerFailure(where + ": " + e.what());
+  } catch (const ::gloo::EnforceNotMet& e) {
+    throw PeerFailure(where + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw PeerFailure(where + ": " + e.what());
+  }
+}
+
+GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank,
+                         std::shared_ptr<::gloo::Context> context,
+                         std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout)
+    : global_ranks_(std::move(global_ranks)),
+      rank_(rank),
+      set_name_(describe_set(global_ranks_)),
+      context_(std::move(context)),
+      control_(std::move(control)),
+      timeout_(timeout) {}
+
+GlooBackend::~GlooBackend() {
+  try {
+    control_.reset();  // peers' receive_control now fails with PeerFailure
+    context_.reset();  // closes Gloo's connections
+  } catch (...) {
+    // Destructors never throw; there is nobody left to tell.
+  }
+}
+
+template <typename Collective>
+void GlooBackend::run(const char* name, Collective&& collective) {
+  if (!broken_.empty()) {
+    throw PeerFailure(set_name_ + ": " + name + " on a set broken by an earlier failure: " +
+                      broken_);
+  }
+  try {
+    try {
+      collective();
+    } catch (...) {
+      rethrow_as_hora_error(set_name_ + ": gloo " + name);
+    }
+  } catch (const Error& e) {
+    broken_ = e.what();
+    throw;
+  }
+}
+
+void GlooBackend::expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const {
+  if (sizes.size() != global_ranks_.size()) {
+    throw InvalidArgument(set_name_ + ": " + name + " needs one size per member, got " +
+                          std::to_string(sizes.size()));
+  }
+}
+
+void GlooBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  if (size() == 1 || count == 0) return;
+  run("allreduce", [&] {
+    ::gloo::AllreduceOptions opts(context_);
+    set_output(opts, buf, count, dtype_size(dtype));
+    opts.setReduceFunction(make_reduce_function(dtype, op));
+    opts.setTimeout(timeout_);
+    ::gloo::allreduce(opts);
+  });
+}
+
+void GlooBackend::allgatherv(const void* in, void* out, const std::vector<size_t>& recv_bytes) {
+  expect_one_per_member("allgatherv", recv_bytes);
+  if (size() == 1) return copy_bytes(out, in, recv_bytes[0]);
+  if (std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0}) == 0) return;
+  run("allgatherv", [&] {
+    ::gloo::AllgathervOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), recv_bytes[rank_]);
+    opts.setOutput(static_cast<uint8_t*>(out), recv_bytes);
+    opts.setTimeout(timeout_);
+    ::gloo::allgatherv(opts);
+  });
+}
+
+void GlooBackend::broadcast(void* buf, size_t bytes, int root) {
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument(set_name_ + ": broadcast root " + std::to_string(root) +
+                          " is not a set rank");
+  }
+  if (size() == 1 || bytes == 0) return;
+  run("broadcast", [&] {
+    ::gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    ::gloo::broadcast(opts);
+  });
+}
+
+void GlooBackend::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                            const std::vector<size_t>& recv_bytes) {
+  expect_one_per_member("alltoallv", send_bytes);
+  expect_one_per_member("alltoallv", recv_bytes);
+  if (size() == 1) {
+    if (send_bytes[0] != recv_bytes[0]) {
+      throw InvalidArgument(set_name_ + ": alltoallv sends " + std::to_string(send_bytes[0]) +
+                            " bytes to itself but expects " + std::to_string(recv_bytes[0]));
+    }
+    return copy_bytes(out, in, send_bytes[0]);
+  }
+  run("alltoallv", [&] {
+    ::gloo::AlltoallvOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), as_counts(send_bytes));
+    opts.setOutput(static_cast<uint8_t*>(out), as_counts(recv_bytes));
+    opts.setTimeout(timeout_);
+    ::gloo::alltoallv(opts);
+  });
+}
+
+void GlooBackend::barrier() {
+  if (size() == 1) return;
+  run("barrier", [&] {
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    ::gloo::barrier(opts);
+  });
+}
+
+void GlooBackend::send_control(int to, const std::vector<uint8_t>& bytes) {
+  control_->send(to, bytes);
+}
+
+std::optional<ControlMessage> GlooBackend::receive_control(Clock::time_point deadline) {
+  return control_->receive(deadline);
+}
+
+void GlooBackend::wake() { control_->wake(); }
+
+}  // namespace hora::gloo_transport

@@ -1,0 +1,67 @@
+// The communicator of one process set over Gloo's TCP transport.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/backend.h"
+#include "transport/gloo/control_channel.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace hora::gloo_transport {
+
+// "process set [0, 2, 3]": how error messages name a set (by global ranks).
+std::string describe_set(const std::vector<int>& global_ranks);
+
+// Call inside a catch block: rethrows the exception in flight as a hora
+// error prefixed with `where`. Gloo timeouts become Timeout, every other Gloo
+// or system error PeerFailure; hora errors keep their kind.
+[[noreturn]] void rethrow_as_hora_error(const std::string& where);
+
+// One process set's communicator: data-plane collectives on a Gloo context
+// of its own (so sets never share Gloo connections or slots), control plane
+// on a ControlChannel. Threading is as Backend states. A data-plane failure
+// breaks the backend: Gloo closes the context's connections on a timeout,
+// so every later collective fails fast with PeerFailure.
+class GlooBackend final : public Backend {
+ public:
+  GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<::gloo::Context> context,
+              std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout);
+  ~GlooBackend() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(global_ranks_.size()); }
+
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& recv_bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                 const std::vector<size_t>& recv_bytes) override;
+  void barrier() override;
+
+  void send_control(int to, const std::vector<uint8_t>& bytes) override;
+  std::optional<ControlMessage> receive_control(Clock::time_point deadline) override;
+  void wake() override;
+
+ private:
+  // Runs one Gloo collective, translating its errors and breaking the
+  // backend when it fails.
+  template <typename Collective>
+  void run(const char* name, Collective&& collective);
+  void expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const;
+
+  const std::vector<int> global_ranks_;
+  const int rank_;
+  const std::string set_name_;
+  std::shared_ptr<::gloo::Context> context_;
+  std::unique_ptr<ControlChannel> control_;
+  const std::chrono::milliseconds timeout_;
+  std::string broken_;  // the first data-plane failure (engine thread only)
+};
+
+}  // namespace hora::gloo_transport

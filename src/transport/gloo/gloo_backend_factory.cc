@@ -1,0 +1,97 @@
+// make_gloo_backend_factory: one Gloo TCP device per process, one Gloo
+// context and one control channel per process set.
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <csignal>
+#include <mutex>
+
+#include "hora/errors.h"
+#include "transport/backend.h"
+#include "transport/gloo/control_channel.h"
+#include "transport/gloo/gloo_backend.h"
+#include "transport/gloo/store_adapter.h"
+
+namespace hora {
+namespace {
+
+using gloo_transport::ControlChannel;
+using gloo_transport::GlooBackend;
+
+int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
+  if (global_ranks.empty() || !std::is_sorted(global_ranks.begin(), global_ranks.end()) ||
+      std::adjacent_find(global_ranks.begin(), global_ranks.end()) != global_ranks.end()) {
+    throw InvalidArgument("gloo backend: a process set's global ranks must be sorted and distinct");
+  }
+  auto it = std::lower_bound(global_ranks.begin(), global_ranks.end(), my_global_rank);
+  if (it == global_ranks.end() || *it != my_global_rank) {
+    throw InvalidArgument("gloo backend: global rank " + std::to_string(my_global_rank) +
+                          " is not a member of the process set");
+  }
+  return static_cast<int>(it - global_ranks.begin());
+}
+
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that dies
+// mid-collective would kill this process with SIGPIPE instead of failing
+// the set. Ignore the signal unless the program installed its own handler
+// (Python already ignores it).
+void ignore_sigpipe_unless_handled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      std::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+// Makes Gloo backends that listen on `hostname`. create() may be called
+// from several threads at once (one per process set being built).
+class GlooBackendFactory final : public BackendFactory {
+ public:
+  explicit GlooBackendFactory(std::string hostname) : hostname_(std::move(hostname)) {
+    ignore_sigpipe_unless_handled();
+    try {
+      device_ = ::gloo::transport::tcp::CreateDevice(::gloo::transport::tcp::attr(hostname_.c_str()));
+    } catch (const std::exception& e) {
+      throw InvalidArgument("gloo backend: cannot open a TCP device on '" + hostname_ +
+                            "': " + e.what());
+    }
+  }
+
+  std::string name() const override { return "gloo"; }
+
+  std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
+                                  std::shared_ptr<Store> set_store,
+                                  std::chrono::milliseconds timeout) override {
+    const int rank = set_rank_of(global_ranks, my_global_rank);
+    if (!set_store) throw InvalidArgument("gloo backend: the set store is null");
+    const std::string set_name = gloo_transport::describe_set(global_ranks);
+    auto context = std::make_shared<::gloo::rendezvous::Context>(
+        rank, static_cast<int>(global_ranks.size()));
+    context->setTimeout(timeout);
+    try {
+      gloo_transport::GlooStoreAdapter store(make_prefix_store("gloo", set_store), timeout);
+      context->connectFullMesh(store, device_);
+    } catch (...) {
+      gloo_transport::rethrow_as_hora_error(set_name + ": connecting gloo");
+    }
+    auto control =
+        ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout);
+    return std::make_unique<GlooBackend>(global_ranks, rank, std::move(context),
+                                         std::move(control), timeout);
+  }
+
+ private:
+  const std::string hostname_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+};
+
+}  // namespace
+
+std::unique_ptr<BackendFactory> make_gloo_backend_factory(const std::string& hostname) {
+  return std::make_unique<GlooBackendFactory>(hostname);
+}
+
+}  // namespace hora

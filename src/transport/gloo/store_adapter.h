@@ -1,0 +1,31 @@
+// Presents a hora::Store to Gloo's rendezvous (connectFullMesh).
+#pragma once
+
+#include <gloo/rendezvous/store.h>
+
+#include <chrono>
+#include <memory>
+
+#include "hora/store.h"
+
+namespace hora::gloo_transport {
+
+// Forwards Gloo's store calls to a hora::Store. Gloo's get() takes no
+// timeout, so the adapter applies the one it was built with; waits without
+// a timeout use it too. hora::Timeout passes through unchanged.
+class GlooStoreAdapter final : public ::gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(std::shared_ptr<hora::Store> store, std::chrono::milliseconds timeout);
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  const std::shared_ptr<hora::Store> store_;
+  const std::chrono::milliseconds timeout_;
+};
+
+}  // namespace hora::gloo_transport

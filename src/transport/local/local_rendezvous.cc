@@ -1,0 +1,169 @@
+#include "transport/local/local_rendezvous.h"
+
+#include <algorithm>
+
+#include "hora/errors.h"
+
+namespace hora::local {
+namespace {
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+LocalRendezvous::LocalRendezvous(std::vector<int> global_ranks)
+    : global_ranks_(std::move(global_ranks)),
+      arrived_(global_ranks_.size(), false),
+      departed_(global_ranks_.size(), false),
+      posts_(global_ranks_.size()),
+      inbox_changed_(global_ranks_.size()),
+      inboxes_(global_ranks_.size()),
+      woken_(global_ranks_.size(), false) {}
+
+std::string LocalRendezvous::describe() const {
+  return "local process set " + format_ranks(global_ranks_);
+}
+
+void LocalRendezvous::attach(int rank, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  arrive_locked(lock, rank, deadline);
+}
+
+void LocalRendezvous::detach(int rank) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    departed_[rank] = true;
+  }
+  phase_done_.notify_all();
+  for (auto& cv : inbox_changed_) cv.notify_all();
+}
+
+std::vector<Post> LocalRendezvous::publish(int rank, Post post, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throw_if_broken_locked();
+  posts_[rank] = post;
+  arrive_locked(lock, rank, deadline);
+  return posts_;
+}
+
+void LocalRendezvous::release(int rank, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  arrive_locked(lock, rank, deadline);
+}
+
+void LocalRendezvous::arrive(int rank, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  arrive_locked(lock, rank, deadline);
+}
+
+// A generation barrier: the last member to arrive starts the next phase and
+// wakes the others; a waiter gives up when the deadline passes or a member
+// it waits for has departed.
+void LocalRendezvous::arrive_locked(std::unique_lock<std::mutex>& lock, int rank,
+                                    Clock::time_point deadline) {
+  throw_if_broken_locked();
+  const uint64_t my_phase = phase_;
+  arrived_[rank] = true;
+  if (++arrived_count_ == size()) {
+    arrived_count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++phase_;
+    phase_done_.notify_all();
+    return;
+  }
+  while (phase_ == my_phase) {
+    throw_if_broken_locked();
+    for (int r = 0; r < size(); ++r) {
+      if (!arrived_[r] && departed_[r]) {
+        break_locked(false, "global rank " + std::to_string(global_ranks_[r]) + " has left");
+      }
+    }
+    if (phase_done_.wait_until(lock, deadline) == std::cv_status::timeout && phase_ == my_phase) {
+      break_locked(true, "timed out waiting for global rank(s) " + format_ranks(missing_locked()));
+    }
+  }
+}
+
+std::vector<int> LocalRendezvous::missing_locked() const {
+  std::vector<int> missing;
+  for (int r = 0; r < size(); ++r) {
+    if (!arrived_[r]) missing.push_back(global_ranks_[r]);
+  }
+  return missing;
+}
+
+void LocalRendezvous::throw_if_broken_locked() const {
+  if (broken_) throw PeerFailure(broken_reason_ + " (the set is broken)");
+}
+
+void LocalRendezvous::break_locked(bool timed_out, const std::string& why) {
+  broken_ = true;
+  broken_reason_ = describe() + ": " + why;
+  phase_done_.notify_all();
+  if (timed_out) throw Timeout(broken_reason_);
+  throw PeerFailure(broken_reason_);
+}
+
+int LocalRendezvous::departed_control_peer_locked(int rank) const {
+  for (int r = 0; r < size(); ++r) {
+    const bool is_peer = rank == 0 ? r != 0 : r == 0;
+    if (is_peer && departed_[r]) return global_ranks_[r];
+  }
+  return -1;
+}
+
+void LocalRendezvous::send_control(int from, int to, std::vector<uint8_t> bytes) {
+  if (to < 0 || to >= size() || to == from || (from != 0 && to != 0)) {
+    throw InvalidArgument(describe() + ": set rank " + std::to_string(from) +
+                          " cannot send a control message to set rank " + std::to_string(to));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (departed_[to]) {
+      throw PeerFailure(describe() + ": control connection to global rank " +
+                        std::to_string(global_ranks_[to]) + " closed");
+    }
+    inboxes_[to].push_back(ControlMessage{from, std::move(bytes)});
+  }
+  inbox_changed_[to].notify_all();
+}
+
+std::optional<ControlMessage> LocalRendezvous::receive_control(int rank,
+                                                               Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& inbox = inboxes_[rank];
+  inbox_changed_[rank].wait_until(lock, deadline, [&] {
+    return !inbox.empty() || woken_[rank] || departed_control_peer_locked(rank) >= 0;
+  });
+  if (!inbox.empty()) {
+    ControlMessage message = std::move(inbox.front());
+    inbox.pop_front();
+    return message;
+  }
+  if (woken_[rank]) {
+    woken_[rank] = false;
+    return std::nullopt;
+  }
+  if (const int gone = departed_control_peer_locked(rank); gone >= 0) {
+    throw PeerFailure(describe() + ": control connection to global rank " + std::to_string(gone) +
+                      " closed");
+  }
+  return std::nullopt;
+}
+
+void LocalRendezvous::wake(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_[rank] = true;
+  }
+  inbox_changed_[rank].notify_all();
+}
+
+}  // namespace hora::local

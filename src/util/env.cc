@@ -1,0 +1,91 @@
+// The one place hora reads environment variables.
+#include <cstdlib>
+#include <string>
+
+#include "hora/errors.h"
+#include "hora/runtime_config.h"
+
+namespace hora {
+namespace {
+
+// The first of `names` that is set, or nullptr.
+const char* lookup(std::initializer_list<const char*> names, const char** found) {
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) {
+      *found = name;
+      return value;
+    }
+  }
+  return nullptr;
+}
+
+long long read_int(std::initializer_list<const char*> names, long long fallback) {
+  const char* name = nullptr;
+  const char* value = lookup(names, &name);
+  if (!value || !*value) return fallback;
+  try {
+    size_t used = 0;
+    long long parsed = std::stoll(value, &used);
+    if (used != std::string(value).size()) throw std::invalid_argument(value);
+    return parsed;
+  } catch (const std::exception&) {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + value + "' is not an integer");
+  }
+}
+
+double read_seconds(std::initializer_list<const char*> names, double fallback) {
+  const char* name = nullptr;
+  const char* value = lookup(names, &name);
+  if (!value || !*value) return fallback;
+  try {
+    size_t used = 0;
+    double parsed = std::stod(value, &used);
+    if (used != std::string(value).size() || parsed < 0) throw std::invalid_argument(value);
+    return parsed;
+  } catch (const std::exception&) {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + value +
+                          "' is not a non-negative number of seconds");
+  }
+}
+
+std::string read_string(std::initializer_list<const char*> names, const std::string& fallback) {
+  const char* name = nullptr;
+  const char* value = lookup(names, &name);
+  return value ? std::string(value) : fallback;
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+}  // namespace
+
+RuntimeConfig runtime_config_from_env() {
+  RuntimeConfig c;
+  c.rank = static_cast<int>(read_int({"HORA_RANK", "HOROVOD_RANK"}, 0));
+  c.size = static_cast<int>(read_int({"HORA_SIZE", "HOROVOD_SIZE"}, 1));
+  c.local_rank = static_cast<int>(read_int({"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK"}, c.rank));
+  c.local_size = static_cast<int>(read_int({"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"}, c.size));
+  c.cross_rank = static_cast<int>(read_int({"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK"}, 0));
+  c.cross_size = static_cast<int>(read_int({"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE"}, 1));
+  c.hostname = read_string({"HORA_HOSTNAME", "HOROVOD_HOSTNAME"}, c.hostname);
+  c.rendezvous_host = read_string({"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"}, "");
+  c.rendezvous_port = static_cast<int>(read_int({"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT"}, 0));
+  c.secret = read_string({"HORA_SECRET"}, "");
+  long long fusion = read_int({"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"}, 64 << 20);
+  long long cache = read_int({"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"}, 1024);
+  if (fusion < 0) throw InvalidArgument("HOROVOD_FUSION_THRESHOLD must not be negative");
+  if (cache < 0) throw InvalidArgument("HOROVOD_CACHE_CAPACITY must not be negative");
+  c.fusion_threshold = static_cast<size_t>(fusion);
+  c.cache_capacity = static_cast<size_t>(cache);
+  c.timeout = millis(read_seconds({"HORA_OP_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"}, 600));
+  c.start_timeout = millis(read_seconds({"HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT"}, 120));
+  if (c.size < 1) throw InvalidArgument("HORA_SIZE must be at least 1");
+  if (c.rank < 0 || c.rank >= c.size)
+    throw InvalidArgument("HORA_RANK=" + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.size - 1));
+  if (c.size > 1 && c.rendezvous_host.empty())
+    throw InvalidArgument("HORA_SIZE > 1 needs HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT; start the job with horarun");
+  return c;
+}
+
+}  // namespace hora

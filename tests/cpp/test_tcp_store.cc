@@ -1,0 +1,284 @@
+// The TCP store client against the real rendezvous server
+// (python/hora/runner/rendezvous.py), started as a subprocess per test.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "hora/errors.h"
+#include "hora/store.h"
+
+extern char** environ;
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+const char* const kSecret = "test-secret-0123456789abcdef";
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A rendezvous server process. Its first stdout line is the port it bound;
+// the destructor closes its stdin and stops it.
+class ServerProcess {
+ public:
+  explicit ServerProcess(int port = 0) {
+    int to_child[2], from_child[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe2 failed");
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    const std::string script = std::string(HORA_PYTHON_SOURCE_DIR) + "/hora/runner/rendezvous.py";
+    const std::string port_text = std::to_string(port);
+    std::vector<const char*> argv = {"python3", script.c_str(), "--port", port_text.c_str(),
+                                     "--secret", kSecret, "--exit-on-stdin-eof", nullptr};
+    const int rc = posix_spawnp(&pid_, "python3", &actions, nullptr,
+                                const_cast<char* const*>(argv.data()), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    stdin_fd_ = to_child[1];
+    if (rc != 0) {
+      ::close(from_child[0]);
+      throw std::runtime_error("cannot start python3 for the rendezvous server");
+    }
+    port_ = read_port(from_child[0]);
+    ::close(from_child[0]);
+  }
+
+  ~ServerProcess() {
+    ::close(stdin_fd_);
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+
+  int port() const { return port_; }
+
+ private:
+  static int read_port(int fd) {
+    std::string line;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    char c = 0;
+    while (c != '\n') {
+      pollfd p{fd, POLLIN, 0};
+      if (Clock::now() > deadline || ::poll(&p, 1, 1000) < 0) break;
+      if (p.revents == 0) continue;
+      if (::read(fd, &c, 1) != 1) break;
+      line += c;
+    }
+    if (line.empty() || line.back() != '\n') {
+      throw std::runtime_error("the rendezvous server did not print its port: '" + line + "'");
+    }
+    return std::stoi(line);
+  }
+
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;
+  int port_ = 0;
+};
+
+// A port on which nothing listens (bound, read, released).
+int unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t len = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+class TcpStoreTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<Store> connect(const std::string& secret = kSecret) {
+    return make_tcp_store("127.0.0.1", server_.port(), secret);
+  }
+  ServerProcess server_;
+};
+
+TEST_F(TcpStoreTest, GetReturnsTheBytesLastSet) {
+  auto store = connect();
+  const std::vector<uint8_t> binary = {0, 1, 0xff, 0, 42};
+  store->set("binary", binary);
+  store->set("empty", {});
+  store->set("twice", bytes_of("first"));
+  store->set("twice", bytes_of("second"));
+  EXPECT_EQ(store->get("binary", milliseconds(1000)), binary);
+  EXPECT_TRUE(store->get("empty", milliseconds(1000)).empty());
+  EXPECT_EQ(store->get("twice", milliseconds(1000)), bytes_of("second"));
+  // A second client of the same job sees the same data.
+  EXPECT_EQ(connect()->get("binary", milliseconds(1000)), binary);
+}
+
+TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
+  auto store = connect();
+  std::vector<uint8_t> big(8 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 131);
+  store->set("big", big);
+  EXPECT_EQ(store->get("big", milliseconds(5000)), big);
+}
+
+TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
+  auto reader = connect();
+  auto writer = connect();
+  const auto start = Clock::now();
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    writer->set("late", bytes_of("here"));
+  });
+  EXPECT_EQ(reader->get("late", milliseconds(10000)), bytes_of("here"));
+  later.join();
+  EXPECT_GE(seconds_since(start), 0.25);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+TEST_F(TcpStoreTest, GetTimesOutNamingTheKey) {
+  auto store = connect();
+  const auto start = Clock::now();
+  try {
+    store->get("never-set", milliseconds(300));
+    FAIL() << "get of a missing key returned";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("'never-set'"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(seconds_since(start), 0.29);
+  EXPECT_LT(seconds_since(start), 5.0);
+  // The connection stays usable after a timeout.
+  store->set("after", bytes_of("ok"));
+  EXPECT_EQ(store->get("after", milliseconds(1000)), bytes_of("ok"));
+}
+
+TEST_F(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
+  auto store = connect();
+  EXPECT_EQ(store->add("counter", 5), 5);
+  EXPECT_EQ(store->add("counter", -7), -2);
+  EXPECT_EQ(store->add("counter", 0), -2);
+  // Counters are stored as decimal text.
+  EXPECT_EQ(store->get("counter", milliseconds(1000)), bytes_of("-2"));
+}
+
+TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
+  constexpr int kClients = 4, kAddsEach = 50;
+  std::vector<std::vector<int64_t>> seen(kClients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto store = connect();
+      for (int i = 0; i < kAddsEach; ++i) seen[c].push_back(store->add("shared", 1));
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int64_t> all;
+  for (const auto& values : seen) all.insert(values.begin(), values.end());
+  // Every add returned a distinct value: 1..200 exactly once each.
+  ASSERT_EQ(all.size(), size_t{kClients * kAddsEach});
+  EXPECT_EQ(*all.begin(), 1);
+  EXPECT_EQ(*all.rbegin(), kClients * kAddsEach);
+  EXPECT_EQ(connect()->add("shared", 0), kClients * kAddsEach);
+}
+
+TEST_F(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
+  auto waiter = connect();
+  auto writer = connect();
+  std::thread later([&] {
+    writer->set("a", bytes_of("1"));
+    std::this_thread::sleep_for(milliseconds(200));
+    writer->set("b", bytes_of("2"));
+  });
+  const auto start = Clock::now();
+  waiter->wait({"a", "b"}, milliseconds(10000));
+  later.join();
+  EXPECT_GE(seconds_since(start), 0.15);
+  waiter->wait({}, milliseconds(0));   // nothing to wait for
+}
+
+TEST_F(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
+  auto store = connect();
+  store->set("present", bytes_of("x"));
+  try {
+    store->wait({"present", "absent"}, milliseconds(200));
+    FAIL() << "wait for a missing key returned";
+  } catch (const Timeout& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'absent'"), std::string::npos) << message;
+    EXPECT_EQ(message.find("'present'"), std::string::npos) << message;
+  }
+}
+
+TEST_F(TcpStoreTest, WrongSecretIsAClearError) {
+  auto store = connect("not-the-job-secret");
+  try {
+    store->set("k", bytes_of("v"));
+    FAIL() << "the server accepted a wrong secret";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+  }
+  // The server still serves clients that know the secret.
+  auto good = connect();
+  good->set("k", bytes_of("v"));
+  EXPECT_EQ(good->get("k", milliseconds(1000)), bytes_of("v"));
+}
+
+TEST_F(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
+  auto store = connect();
+  EXPECT_THROW(store->set(std::string(5000, 'k'), bytes_of("v")), InvalidArgument);
+  EXPECT_THROW(store->get(std::string(5000, 'k'), milliseconds(10)), InvalidArgument);
+  EXPECT_THROW(store->wait(std::vector<std::string>(5000, "k"), milliseconds(10)), InvalidArgument);
+  store->set(std::string(4096, 'k'), bytes_of("limit"));
+  EXPECT_EQ(store->get(std::string(4096, 'k'), milliseconds(1000)), bytes_of("limit"));
+}
+
+TEST_F(TcpStoreTest, InvalidArgumentsAreRefused) {
+  EXPECT_THROW(make_tcp_store("", 1234, kSecret), InvalidArgument);
+  EXPECT_THROW(make_tcp_store("127.0.0.1", 0, kSecret), InvalidArgument);
+  EXPECT_THROW(make_tcp_store("127.0.0.1", 70000, kSecret), InvalidArgument);
+  EXPECT_THROW(make_tcp_store("127.0.0.1", 1234, ""), InvalidArgument);
+}
+
+TEST(TcpStoreReconnectTest, ReconnectsWhenTheServerRestarts) {
+  auto first = std::make_unique<ServerProcess>();
+  const int port = first->port();
+  auto store = make_tcp_store("127.0.0.1", port, kSecret);
+  store->set("before", bytes_of("1"));
+  first.reset();   // the connection the store holds is now dead
+  ServerProcess second(port);
+  store->set("after", bytes_of("2"));
+  EXPECT_EQ(store->get("after", milliseconds(1000)), bytes_of("2"));
+}
+
+TEST(TcpStoreReconnectTest, UnreachableServerTimesOut) {
+  auto store = make_tcp_store("127.0.0.1", unused_port(), kSecret);
+  const auto start = Clock::now();
+  EXPECT_THROW(store->get("k", milliseconds(1500)), Timeout);
+  EXPECT_GE(seconds_since(start), 1.0);
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
+}  // namespace
+}  // namespace hora

@@ -1,0 +1,270 @@
+"""The rendezvous server: authentication, refusal of bad frames, blocking reads
+and atomic counters (protocol: docs/rendezvous.md)."""
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from hora.runner import rendezvous as rz
+
+SECRET = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def server():
+    with rz.RendezvousServer("127.0.0.1", 0, SECRET) as srv:
+        yield srv
+
+
+def client(server, secret=SECRET):
+    return rz.RendezvousClient("127.0.0.1", server.port, secret)
+
+
+def raw_connection(server):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return sock
+
+
+def read_reply(sock):
+    """Returns (status, value) of the next reply, or None if the server closed."""
+    header = recv_exact(sock, 4)
+    if header is None:
+        return None
+    payload = recv_exact(sock, struct.unpack("<I", header)[0])
+    return rz.decode_reply(payload)
+
+
+def recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def assert_closed(sock):
+    sock.settimeout(5)
+    assert sock.recv(1) == b""
+
+
+def frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+
+def assert_still_serving(server):
+    with client(server) as good:
+        good.set("alive", b"yes")
+        assert good.get("alive", timeout=1) == b"yes"
+
+
+# --- authentication ---------------------------------------------------------
+
+@pytest.mark.parametrize("secret", [b"", b"wrong-secret", SECRET.encode()[:-1]])
+def test_missing_or_wrong_secret_is_refused_and_closed(server, secret):
+    with raw_connection(server) as sock:
+        sock.sendall(rz.encode_request(secret, rz.SET, [b"k"], b"v"))
+        status, message = read_reply(sock)
+        assert status == rz.BAD_SECRET
+        assert b"secret" in message
+        assert_closed(sock)
+    with client(server) as good:
+        # The refused SET stored nothing.
+        with pytest.raises(TimeoutError):
+            good.get("k", timeout=0)
+
+
+def test_client_with_wrong_secret_raises_bad_secret(server):
+    with client(server, secret="not-it") as bad:
+        with pytest.raises(rz.BadSecretError, match="secret"):
+            bad.ping()
+    assert_still_serving(server)
+
+
+def test_server_requires_a_secret():
+    with pytest.raises(ValueError):
+        rz.RendezvousServer("127.0.0.1", 0, "")
+
+
+# --- malformed and oversized frames ------------------------------------------
+
+def good_payload(command=rz.SET, keys=(b"k",), value=b"v"):
+    return rz.encode_request(SECRET.encode(), command, keys, value)[4:]
+
+
+MALFORMED = {
+    "empty payload": b"",
+    "garbage": b"\xde\xad\xbe\xef" * 10,
+    "bad version": b"\x07" + good_payload()[1:],
+    "unknown command": good_payload()[:1] + b"\x63" + good_payload()[2:],
+    "truncated": good_payload()[:-1],
+    "trailing bytes": good_payload() + b"x",
+    "key count too large": good_payload(rz.PING, ())[:-8] + struct.pack("<II", 0xFFFFFFFF, 0),
+    "SET without a key": good_payload(rz.SET, ()),
+    "GET with two keys": good_payload(rz.GET, (b"a", b"b"), b""),
+    "oversized key": good_payload(rz.SET, (b"k" * (rz.MAX_KEY_BYTES + 1),)),
+    "ADD of a non-integer": good_payload(rz.ADD, (b"n",), b"seven"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_requests_are_refused_and_closed(server, name):
+    with raw_connection(server) as sock:
+        sock.sendall(frame(MALFORMED[name]))
+        status, _ = read_reply(sock)
+        assert status == rz.BAD_REQUEST
+        assert_closed(sock)
+    assert_still_serving(server)
+
+
+def test_oversized_frame_is_refused_before_its_payload_is_read(server):
+    with raw_connection(server) as sock:
+        start = time.monotonic()
+        sock.sendall(struct.pack("<I", rz.MAX_FRAME_BYTES + 1))
+        status, message = read_reply(sock)
+        assert status == rz.BAD_REQUEST
+        assert b"exceeds" in message
+        assert_closed(sock)
+        assert time.monotonic() - start < 3
+    assert_still_serving(server)
+
+
+def test_oversized_value_is_refused(server):
+    value_length = rz.MAX_VALUE_BYTES + 1
+    with raw_connection(server) as sock:
+        head = good_payload(rz.SET, (b"k",), b"")[:-4] + struct.pack("<I", value_length)
+        sock.sendall(frame(head))   # announces a value longer than the limit
+        status, _ = read_reply(sock)
+        assert status == rz.BAD_REQUEST
+        assert_closed(sock)
+    assert_still_serving(server)
+
+
+def test_client_that_disconnects_mid_frame_does_not_disturb_others(server):
+    with raw_connection(server) as sock:
+        sock.sendall(struct.pack("<I", 1000) + b"partial")
+    with raw_connection(server) as sock:
+        sock.sendall(b"\x01\x00")   # half a length prefix
+    assert_still_serving(server)
+
+
+def test_many_bad_clients_at_once_leave_the_server_serving(server):
+    def misbehave(i):
+        with raw_connection(server) as sock:
+            sock.sendall(frame(MALFORMED["garbage"]) if i % 2 else b"\xff" * 7)
+    threads = [threading.Thread(target=misbehave, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert_still_serving(server)
+
+
+# --- store semantics ----------------------------------------------------------
+
+def test_set_and_get_bytes(server):
+    with client(server) as c:
+        c.set("k", b"\x00\xffvalue")
+        assert c.get("k", timeout=1) == b"\x00\xffvalue"
+        c.set("k", "replaced")
+        assert c.get("k", timeout=1) == b"replaced"
+        c.ping()
+
+
+def test_get_blocks_until_another_client_sets(server):
+    def set_later():
+        time.sleep(0.3)
+        with client(server) as writer:
+            writer.set("late", b"now")
+    start = time.monotonic()
+    threading.Thread(target=set_later).start()
+    with client(server) as reader:
+        assert reader.get("late", timeout=10) == b"now"
+    assert 0.25 <= time.monotonic() - start < 5
+
+
+def test_get_times_out_and_the_connection_stays_usable(server):
+    with client(server) as c:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="never"):
+            c.get("never", timeout=0.3)
+        assert 0.28 <= time.monotonic() - start < 3
+        c.set("after", b"1")
+        assert c.get("after", timeout=0) == b"1"
+
+
+def test_get_without_waiting_answers_not_found(server):
+    with raw_connection(server) as sock:
+        sock.sendall(rz.encode_request(SECRET.encode(), rz.GET, [b"absent"], timeout_ms=0))
+        assert read_reply(sock) == (rz.NOT_FOUND, b"")
+
+
+def test_add_is_atomic_across_threads(server):
+    threads, adds_each = 8, 50
+    results = []
+    lock = threading.Lock()
+
+    def count():
+        with client(server) as c:
+            mine = [c.add("counter", 1) for _ in range(adds_each)]
+        with lock:
+            results.extend(mine)
+    workers = [threading.Thread(target=count) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    # Every add saw a distinct value: no two threads read the same count.
+    assert sorted(results) == list(range(1, threads * adds_each + 1))
+    with client(server) as c:
+        assert c.get("counter", timeout=0) == str(threads * adds_each).encode()
+        assert c.add("counter", -threads * adds_each) == 0
+
+
+def test_wait_returns_when_all_keys_exist(server):
+    def set_later():
+        with client(server) as writer:
+            writer.set("a", b"1")
+            time.sleep(0.2)
+            writer.set("b", b"2")
+    threading.Thread(target=set_later).start()
+    start = time.monotonic()
+    with client(server) as c:
+        c.wait(["a", "b"], timeout=10)
+    assert time.monotonic() - start >= 0.15
+
+
+def test_wait_times_out_naming_the_missing_keys(server):
+    with client(server) as c:
+        c.set("here", b"x")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            c.wait(["here", "gone"], timeout=0.3)
+        assert 0.28 <= time.monotonic() - start < 3
+        assert "'gone'" in str(info.value)
+        assert "'here'" not in str(info.value)
+
+
+def test_stop_wakes_blocked_requests_promptly():
+    server = rz.RendezvousServer("127.0.0.1", 0, SECRET).start()
+    errors = []
+
+    def blocked_get():
+        try:
+            with client(server) as c:
+                c.get("never", timeout=60)
+        except (TimeoutError, rz.RendezvousError, OSError) as error:
+            errors.append(error)
+    thread = threading.Thread(target=blocked_get)
+    thread.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    server.stop()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - start < 3
+    assert len(errors) == 1
