@@ -8,12 +8,12 @@
 
 namespace hora {
 
-ProgressEngine::ProgressEngine(EngineOptions options, std::unique_ptr<Backend> backend)
-    : options_(std::move(options)), backend_(std::move(backend)), member_cache_(options_.cache_capacity) {
+ProgressEngine::ProgressEngine(EngineOptions options, Connect connect)
+    : options_(std::move(options)), member_cache_(options_.cache_capacity) {
   if (coordinator())
     negotiator_.emplace(NegotiatorOptions{options_.process_set_id, options_.global_ranks,
                                           options_.fusion_threshold, options_.cache_capacity});
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this, connect = std::move(connect)] { run(connect); });
 }
 
 ProgressEngine::~ProgressEngine() { stop("process set " + std::to_string(options_.process_set_id) + " was shut down"); }
@@ -32,7 +32,7 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
     }
     queue_.push(TensorEntry{std::move(request), std::move(input), std::move(output), work});
   }
-  backend_->wake();
+  wake();
   return work;
 }
 
@@ -43,23 +43,46 @@ void ProgressEngine::stop(const std::string& reason) {
     stop_reason_ = reason;
     stopping_ = true;
   }
-  backend_->wake();
+  wake();
   if (thread_.joinable()) thread_.join();
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(std::make_exception_ptr(InvalidArgument(reason)));
 }
 
-void ProgressEngine::run() {
+void ProgressEngine::wake() {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (backend_) backend_->wake();
+}
+
+void ProgressEngine::wait_connected() {
+  std::unique_lock<std::mutex> lock(state_mutex_);
+  connected_cv_.wait(lock, [this] { return connected_ || broken_; });
+  if (!connected_ && broken_) std::rethrow_exception(broken_);
+}
+
+void ProgressEngine::run(const Connect& connect) {
   try {
-    while (!stopping_) {
-      std::vector<Request> fresh = queue_.take_new();
-      if (!fresh.empty()) negotiate_local(std::move(fresh));
-      if (coordinator()) dispatch_ready();
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      std::optional<ControlMessage> message = backend_->receive_control(deadline);
-      if (message) on_message(*message);
+    std::unique_ptr<Backend> backend = connect();
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      backend_ = std::move(backend);
+      connected_ = true;
     }
+    connected_cv_.notify_all();
+    serve();
   } catch (...) {
     fail_everything(std::current_exception());
+  }
+}
+
+// Negotiates and runs ops until stopped; a transport error ends it.
+void ProgressEngine::serve() {
+  while (!stopping_) {
+    std::vector<Request> fresh = queue_.take_new();
+    if (!fresh.empty()) negotiate_local(std::move(fresh));
+    if (coordinator()) dispatch_ready();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    std::optional<ControlMessage> message = backend_->receive_control(deadline);
+    if (message) on_message(*message);
   }
 }
 
@@ -158,6 +181,7 @@ void ProgressEngine::fail_everything(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(state_mutex_);
     broken_ = error;
   }
+  connected_cv_.notify_all();
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(error);
 }
 

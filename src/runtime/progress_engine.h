@@ -1,6 +1,9 @@
 // ProgressEngine: one process set's background thread on one rank.
 //
-// Front-end threads submit() ops; the engine negotiates them with the set's
+// The thread first connects the set (the `connect` function, which blocks
+// until every member is there), so creating a set never blocks the caller and
+// members may create sets in any order. Front-end threads submit() ops, also
+// while it connects; the engine negotiates them with the set's
 // other members over the Backend's control plane (set rank 0 coordinates)
 // and runs the agreed collectives in the agreed order. It sleeps in the
 // Backend until local work or a control message arrives: no polling cycle,
@@ -11,7 +14,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <condition_variable>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,13 +36,15 @@ namespace hora {
 struct EngineOptions {
   int32_t process_set_id = 0;
   std::vector<int> global_ranks;
+  int rank = 0;  // this process's rank within the set
   size_t fusion_threshold = 64 << 20;
   size_t cache_capacity = 1024;
 };
 
 class ProgressEngine {
  public:
-  ProgressEngine(EngineOptions options, std::unique_ptr<Backend> backend);
+  using Connect = std::function<std::unique_ptr<Backend>()>;
+  ProgressEngine(EngineOptions options, Connect connect);
   ~ProgressEngine();
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
@@ -47,13 +54,14 @@ class ProgressEngine {
   std::shared_ptr<Work> submit(Request request, TensorView input, TensorView output);
   // Fails pending ops with `reason` and joins the thread. Idempotent.
   void stop(const std::string& reason);
-
-  int rank() const { return backend_->rank(); }
-  int size() const { return backend_->size(); }
+  // Blocks until the set is connected; rethrows a connection failure.
+  void wait_connected();
 
  private:
-  bool coordinator() const { return backend_->rank() == 0; }
-  void run();
+  bool coordinator() const { return options_.rank == 0; }
+  void run(const Connect& connect);
+  void serve();
+  void wake();
   void negotiate_local(std::vector<Request> fresh);
   void on_message(const ControlMessage& message);
   void dispatch_ready();
@@ -70,6 +78,8 @@ class ProgressEngine {
   FusionBuffer fusion_;
 
   std::mutex state_mutex_;
+  std::condition_variable connected_cv_;
+  bool connected_ = false;
   std::map<OpType, int64_t> noname_counters_;
   std::string stop_reason_;
   std::exception_ptr broken_;

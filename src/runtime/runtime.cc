@@ -50,6 +50,7 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
       table_->insert(set);
       if (set.included()) create_set(set);
     }
+    engine(0)->wait_connected();
   } catch (...) {
     shutdown();
     throw;
@@ -61,9 +62,12 @@ Runtime::~Runtime() { shutdown(); }
 void Runtime::create_set(const ProcessSet& set) {
   auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
   auto set_store = make_prefix_store("process_set." + std::to_string(set.id), store_);
-  std::unique_ptr<Backend> backend = factory_->create(set.ranks, config_.rank, set_store, timeout);
+  BackendFactory* factory = factory_.get();
+  auto connect = [factory, set, set_store, timeout, my_rank = config_.rank] {
+    return factory->create(set.ranks, my_rank, set_store, timeout);
+  };
   auto engine = std::make_shared<ProgressEngine>(
-      EngineOptions{set.id, set.ranks, config_.fusion_threshold, config_.cache_capacity}, std::move(backend));
+      EngineOptions{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity}, connect);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);
 }

@@ -327,9 +327,8 @@ Connection open_connection(const std::string& host, int port, Clock::time_point 
 
 // --- the store -------------------------------------------------------------
 
-// Store over one connection to the rendezvous server. Any thread may call it;
-// a mutex serialises requests, so a blocking get() or wait() holds up the
-// other threads using the same store until it returns.
+// Store over connections to the rendezvous server. Any thread may call it;
+// concurrent calls use separate connections, kept for reuse once idle.
 class TcpStore final : public Store {
  public:
   TcpStore(std::string host, int port, std::string secret)
@@ -400,51 +399,61 @@ class TcpStore final : public Store {
   // Sends `request` and returns the reply (OK, NOT_FOUND or TIMEOUT); turns
   // BAD_SECRET and BAD_REQUEST into exceptions. `budget` is the request's own
   // timeout: it bounds connecting and, with kReplySlack, the wait for the reply.
+  // Each call uses an idle connection of its own (opening one if none is
+  // idle), so a blocking get() in one thread never holds up another thread.
   Reply call(const Request& request, milliseconds budget) {
     const std::vector<uint8_t> frame = encode_request(secret_, request);
     const auto connect_deadline = deadline_after(std::max(budget, kMinConnectTimeout));
     const auto reply_deadline = deadline_after(std::min(budget, milliseconds::max() - kReplySlack) +
                                                kReplySlack);
-    std::lock_guard<std::mutex> lock(mutex_);
-    const bool reused = connection_.has_value();
-    if (!reused) connection_.emplace(open_connection(host_, port_, connect_deadline));
+    std::optional<Connection> connection = take_idle();
+    const bool reused = connection.has_value();
+    if (!reused) connection.emplace(open_connection(host_, port_, connect_deadline));
     try {
-      return check_refusal(exchange(frame, reply_deadline));
+      Reply reply = check_refusal(exchange(*connection, frame, reply_deadline));
+      give_back(std::move(*connection));
+      return reply;
     } catch (const ConnectionLost& lost) {
-      const bool timed_out = connection_->timed_out();
-      connection_.reset();
-      if (timed_out || !reused) throw_lost_connection(lost, timed_out);
+      if (connection->timed_out() || !reused) throw_lost_connection(lost, connection->timed_out());
     }
     // The connection had broken since its last use: reconnect once and resend.
-    connection_.emplace(open_connection(host_, port_, connect_deadline));
+    connection.emplace(open_connection(host_, port_, connect_deadline));
     try {
-      return check_refusal(exchange(frame, reply_deadline));
+      Reply reply = check_refusal(exchange(*connection, frame, reply_deadline));
+      give_back(std::move(*connection));
+      return reply;
     } catch (const ConnectionLost& lost) {
-      const bool timed_out = connection_->timed_out();
-      connection_.reset();
-      throw_lost_connection(lost, timed_out);
+      throw_lost_connection(lost, connection->timed_out());
     }
   }
 
-  Reply exchange(const std::vector<uint8_t>& frame, Clock::time_point deadline) {
-    connection_->send_all(frame, deadline);
-    try {
-      return decode_reply(connection_->recv_frame(deadline));
-    } catch (const Internal&) {
-      connection_.reset();   // the stream is out of step; start afresh next time
-      throw;
-    }
+  std::optional<Connection> take_idle() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (idle_.empty()) return std::nullopt;
+    std::optional<Connection> connection(std::move(idle_.back()));
+    idle_.pop_back();
+    return connection;
   }
 
-  Reply check_refusal(Reply reply) {
+  void give_back(Connection connection) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(std::move(connection));
+  }
+
+  // A connection whose exchange threw is dropped by the caller: the stream
+  // may be out of step, and the server closes after a refusal.
+  static Reply exchange(Connection& connection, const std::vector<uint8_t>& frame, Clock::time_point deadline) {
+    connection.send_all(frame, deadline);
+    return decode_reply(connection.recv_frame(deadline));
+  }
+
+  Reply check_refusal(Reply reply) const {
     if (reply.status == Status::kBadSecret) {
-      connection_.reset();   // the server closes after a refusal
       throw InvalidArgument("the rendezvous server at " + where() +
                             " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
                             "horarun gave this job");
     }
     if (reply.status == Status::kBadRequest) {
-      connection_.reset();
       throw InvalidArgument("the rendezvous server at " + where() + " refused the request: " +
                             std::string(reply.value.begin(), reply.value.end()));
     }
@@ -461,7 +470,7 @@ class TcpStore final : public Store {
   const int port_;
   const std::string secret_;
   std::mutex mutex_;
-  std::optional<Connection> connection_;   // guarded by mutex_; empty until first use
+  std::vector<Connection> idle_;   // guarded by mutex_
 };
 
 }  // namespace

@@ -119,11 +119,13 @@ TEST_P(BackendCollectives, AllreduceFloat32SumAndMax) {
 TEST_P(BackendCollectives, AllreduceInt64Product) {
   run([](Backend& b, int) {
     std::vector<int64_t> values(9);
-    for (int i = 0; i < 9; ++i) values[i] = (b.rank() + 2) * (i + 1) * 1000003LL;
+    // Four factors near 4e4 multiply past 2^53: exact only in integer math.
+    auto factor = [](int r, int i) { return int64_t{40000} + 97 * r + i; };
+    for (int i = 0; i < 9; ++i) values[i] = factor(b.rank(), i);
     b.allreduce(values.data(), values.size(), DataType::kInt64, ReduceOp::kProduct);
     for (int i = 0; i < 9; ++i) {
       int64_t expected = 1;
-      for (int r = 0; r < b.size(); ++r) expected *= (r + 2) * (i + 1) * 1000003LL;
+      for (int r = 0; r < b.size(); ++r) expected *= factor(r, i);
       EXPECT_EQ(values[i], expected) << "element " << i;
     }
   });

@@ -8,7 +8,9 @@ from hora.common.process_sets import global_process_set
 
 
 def _array(tensor):
-    array = np.ascontiguousarray(tensor)
+    array = np.asarray(tensor)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
     _ops.dtype_code(array.dtype)
     return array
 

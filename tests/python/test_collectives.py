@@ -1,0 +1,19 @@
+"""The collectives and process-set lifecycle, on 4 ranks through horarun."""
+
+
+def test_every_collective_on_every_set(run_worker):
+    result = run_worker("collectives.py")
+    for label, count in (("global", 4), ("even", 2), ("odd", 2), ("upper", 3), ("solo", 1)):
+        assert result.stdout.count(f"set {label} ok") == count, result.stdout
+
+
+def test_rank_in_two_sets_in_different_orders(run_worker):
+    assert run_worker("two_sets.py").stdout.count("done") == 4
+
+
+def test_errors_are_clear_and_never_hang(run_worker):
+    assert run_worker("errors.py").stdout.count("done") == 4
+
+
+def test_init_process_sets_get_ids_in_order(run_worker):
+    assert run_worker("init_sets.py").stdout.count("done") == 4

@@ -1,0 +1,75 @@
+"""Bad input and misuse raise clear errors, never hang. Run on 4 ranks."""
+
+import numpy as np
+
+import hora.numpy as hvd
+from hora.errors import HorovodInternalError, MismatchError
+
+
+def raises(exc, fn, *match):
+    try:
+        fn()
+    except exc as e:
+        for text in match:
+            assert text in str(e), f"{text!r} not in {e}"
+        return str(e)
+    raise AssertionError(f"{fn} did not raise {exc.__name__}")
+
+
+hvd.init()
+me = hvd.rank()
+
+# Invalid ranks.
+raises(ValueError, lambda: hvd.ProcessSet([-1]), "-1")
+raises(ValueError, lambda: hvd.ProcessSet([0, 0]), "more than once")
+raises(ValueError, lambda: hvd.ProcessSet(["a"]), "integer ranks")
+raises(ValueError, lambda: hvd.add_process_set([0, 7]), "rank 7", "size 4")
+
+# A non-member's op is refused at once.
+pair = hvd.ProcessSet([0, 1])
+if not pair.included():
+    raises(ValueError, lambda: pair.allreduce(np.ones(2)), "not a member")
+
+# Mismatched shapes: every member gets an error naming both sides.
+shape = 3 if me == 1 else 2
+message = raises(MismatchError, lambda: hvd.allreduce(np.ones(shape), name="grad"), "'grad'", "shape",
+                 "[2] on ranks 0, 2, 3", "[3] on rank 1")
+assert isinstance(MismatchError("x"), HorovodInternalError)
+# Mismatched dtype in a smaller set, and the set still works afterwards.
+if pair.included():
+    dtype = np.float32 if me == 0 else np.float64
+    raises(MismatchError, lambda: pair.allreduce(np.ones(2, dtype), name="w"), "dtype", "float32 on rank 0",
+           "float64 on rank 1")
+    np.testing.assert_array_equal(pair.allreduce(np.ones(2), op=hvd.Sum), [2.0, 2.0])
+
+# Bad arguments to ops.
+raises(ValueError, lambda: hvd.broadcast(np.ones(2), root_rank=9), "root rank 9")
+raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=[1, 1, 1]), "splits has 3 entries")
+raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=[1, 1, 1, 2]), "add up to 5")
+raises(ValueError, lambda: hvd.alltoall(np.ones(5)), "does not divide")
+raises(ValueError, lambda: hvd.allgather(np.float32(1.0)), "at least one dimension")
+raises(ValueError, lambda: hvd.allreduce(np.array(["x"])), "unsupported dtype")
+raises(ValueError, lambda: hvd.allreduce(np.ones(2), op=hvd.Adasum), "Adasum")
+raises(ValueError, lambda: hvd.synchronize("nope"), "handle")
+
+# add / remove / re-add.
+added = hvd.add_process_set([0, 1])
+if me in (0, 1):
+    assert added.process_set_id is not None and added.process_set_id > 0, added
+    np.testing.assert_array_equal(added.allreduce(np.full(2, me), op=hvd.Sum), [1, 1])
+    old_id = added.process_set_id
+    assert hvd.remove_process_set(added) is True
+    assert added.process_set_id is None
+    raises(ValueError, lambda: added.allreduce(np.ones(2)), f"process set {old_id} has been removed")
+    again = hvd.add_process_set(hvd.ProcessSet([0, 1]))
+    assert again.process_set_id > old_id, (again, old_id)
+    np.testing.assert_array_equal(again.allreduce(np.full(2, me), op=hvd.Sum), [1, 1])
+    assert hvd.remove_process_set(again.process_set_id) is True
+else:
+    assert added.process_set_id is None  # non-members neither block nor register
+assert hvd.remove_process_set(hvd.global_process_set) is False
+
+hvd.barrier()
+hvd.shutdown()
+raises(ValueError, lambda: hvd.allreduce(np.ones(2)), "not been initialized")
+print("done", flush=True)
