@@ -33,7 +33,7 @@ install_debian_packages() {
     return
   fi
   local missing
-  missing=$(missing_debian_packages | tr '\n' ' ')
+  missing=$(missing_debian_packages | paste -sd ' ' -)
   [ -z "$missing" ] && return
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: $missing" >&2
@@ -68,7 +68,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV"
   python3 -m venv "$VENV"
 fi
-missing=$(missing_python_packages | tr '\n' ' ')
+missing=$(missing_python_packages | paste -sd ' ' -)
 if [ -n "$missing" ]; then
   echo "setup: installing into $VENV: $missing"
   # shellcheck disable=SC2086

@@ -158,6 +158,20 @@ TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   EXPECT_LT(seconds_since(start), 5.0);
 }
 
+TEST_F(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
+  // The process sets of one rank rendezvous on their own threads through one
+  // store: a get waiting for a peer must not stop this rank's own set().
+  auto store = connect();
+  std::thread waiting([&] { EXPECT_EQ(store->get("ping", milliseconds(10000)), bytes_of("1")); });
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto start = Clock::now();
+  store->set("unrelated", bytes_of("x"));
+  EXPECT_EQ(store->get("unrelated", milliseconds(1000)), bytes_of("x"));
+  EXPECT_LT(seconds_since(start), 2.0);
+  store->set("ping", bytes_of("1"));
+  waiting.join();
+}
+
 TEST_F(TcpStoreTest, GetTimesOutNamingTheKey) {
   auto store = connect();
   const auto start = Clock::now();

@@ -169,6 +169,41 @@ def test_sigterm_is_forwarded_to_every_rank():
     assert "stopped by signal 15" in err
 
 
+def test_ranks_do_not_outlive_a_killed_horarun():
+    process = subprocess.Popen([*HORARUN, "-np", "2", *python_rank("""
+        import os, time
+        print("pid", os.getpid(), flush=True)
+        print("ready", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        while len(pids) < 2:
+            line = process.stdout.readline()
+            assert line, "horarun ended before its ranks were ready"
+            if ":pid " in line:
+                pids.append(int(line.split()[-1]))
+        process.kill()   # no chance for horarun to stop its ranks itself
+        process.wait()
+    finally:
+        process.kill()
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if running(pid)]
+        time.sleep(0.05)
+    assert not alive
+
+
+def running(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
 @pytest.mark.parametrize("args, message", [
     (["-np", "0", "true"], "-np must be at least 1"),
     (["-np", "-2", "true"], "-np must be at least 1"),

@@ -35,6 +35,23 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
                                             process_set))
 
 
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    if not isinstance(tensor, np.ndarray) or not tensor.flags.c_contiguous or not tensor.flags.writeable:
+        raise ValueError("allreduce_ needs a writeable, C-contiguous numpy array")
+    op = _ops.resolve_reduce_op(op, average)
+    _ops.dtype_code(tensor.dtype)
+    return _ops.submit(_ops.ALLREDUCE, tensor, tensor, name, process_set, lambda work: tensor, reduce_op=op,
+                       prescale=prescale_factor, postscale=postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce: ``tensor`` receives the result and is returned."""
+    return _ops.synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                             process_set))
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     op = _ops.resolve_reduce_op(op, average)

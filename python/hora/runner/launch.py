@@ -123,7 +123,7 @@ class RankProcess:
         threading.Thread(target=lambda: exits.put((self, self.popen.wait())),
                          daemon=True, name=f"horarun-wait-{self.rank}").start()
 
-    def signal(self, signum):
+    def send_signal(self, signum):
         """Sends `signum` to the rank's process group (for a remote rank, to
         ssh, and closing its stdin stops the remote command)."""
         if self.remote and self.popen.stdin and signum in (signal.SIGTERM, signal.SIGKILL):
@@ -139,6 +139,35 @@ class RankProcess:
     def join_output(self, timeout):
         for forwarder in self.forwarders:
             forwarder.thread.join(timeout)
+
+
+class _Watchdog:
+    """A helper process (watchdog.py) that stops the ranks if horarun itself
+    is killed; release() tells it that horarun ended normally."""
+
+    def __init__(self):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watchdog.py")
+        self._process = subprocess.Popen(
+            [sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+
+    def watch(self, process_group):
+        self._send(f"{process_group}\n")
+
+    def release(self):
+        self._send("done\n")
+        try:
+            self._process.stdin.close()
+            self._process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def _send(self, line):
+        try:
+            self._process.stdin.write(line)
+            self._process.stdin.flush()
+        except OSError:
+            pass   # the watchdog is gone; the job runs on without it
 
 
 def describe_exit(code):
@@ -168,14 +197,17 @@ class Job:
             first_remote = next(p.host for p in self.placements if not host_list.is_local(p.host))
             bind, address = "0.0.0.0", self.args.rendezvous_addr or _outward_address(first_remote)
         server = RendezvousServer(bind, 0, self.secret).start()
+        watchdog = _Watchdog()
         try:
             for placement in self.placements:
                 if self.received_signal is not None:
                     return 128 + self.received_signal
                 self.ranks.append(self._start_rank(placement, address, server.port))
+                watchdog.watch(self.ranks[-1].popen.pid)
             return self._supervise()
         finally:
             self._stop_ranks(signal.SIGKILL)
+            watchdog.release()
             server.stop()
 
     def _hostname(self, placement, rendezvous_addr):
@@ -245,7 +277,7 @@ class Job:
     def _stop_ranks(self, signum):
         for rank in self.ranks:
             if rank.popen.returncode is None:
-                rank.signal(signum)
+                rank.send_signal(signum)
 
     def forward_signal(self, signum, _frame=None):
         """Signal handler: passes SIGINT/SIGTERM on to every rank; a second one

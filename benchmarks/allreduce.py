@@ -1,0 +1,131 @@
+"""Allreduce latency and bus bandwidth: hora beside torch.distributed (Gloo),
+measured in the same run on the same machine.
+
+    python benchmarks/allreduce.py                # 2 and 4 ranks, 4 B .. 64 MiB
+    python benchmarks/allreduce.py --np 4 --max-bytes 1048576
+
+Each peer runs as its own job under horarun; every rank times in-place
+float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
+size is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
+define it. Not a test: it prints a table and the hora/torch time ratio.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = [4 << (4 * i) for i in range(7)]  # 4 B, 64 B, 1 KiB, 16 KiB, 256 KiB, 4 MiB, 64 MiB
+
+
+def iterations(nbytes):
+    if nbytes <= 16 << 10:
+        return 200
+    if nbytes <= 4 << 20:
+        return 30
+    return 6
+
+
+def time_loop(allreduce_, buffers, nbytes):
+    buf = buffers[nbytes]
+    for _ in range(3):
+        allreduce_(buf)
+    samples = []
+    for _ in range(iterations(nbytes)):
+        start = time.perf_counter()
+        allreduce_(buf)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def worker_hora(sizes):
+    import numpy as np
+
+    import hora.numpy as hvd
+
+    hvd.init()
+    buffers = {n: np.ones(max(n // 4, 1), dtype=np.float32) for n in sizes}
+    results = {n: time_loop(lambda b: hvd.allreduce_(b, op=hvd.Sum, name="bench"), buffers, n) for n in sizes}
+    hvd.shutdown()
+    return results
+
+
+def worker_torch(sizes, port):
+    import torch
+    import torch.distributed as dist
+
+    rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    buffers = {n: torch.ones(max(n // 4, 1), dtype=torch.float32) for n in sizes}
+    results = {n: time_loop(lambda b: dist.all_reduce(b), buffers, n) for n in sizes}
+    dist.destroy_process_group()
+    return results
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_peer(peer, np_, sizes):
+    cmd = [sys.executable, "-m", "hora.runner", "-np", str(np_), sys.executable, os.path.abspath(__file__),
+           "--worker", peer, "--port", str(free_port()), "--sizes", ",".join(map(str, sizes))]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if out.returncode != 0:
+        raise SystemExit(f"{peer} on {np_} ranks failed:\n{out.stdout}\n{out.stderr}")
+    per_rank = [json.loads(line.split(":", 1)[1]) for line in out.stdout.splitlines() if "RESULT" in line]
+    per_rank = [r["RESULT"] for r in per_rank]
+    return {n: max(r[str(n)] for r in per_rank) for n in sizes}
+
+
+def human(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024:
+            return f"{nbytes:g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:g} TiB"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, nargs="*", default=[2, 4])
+    parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument("--peers", default="hora,torch")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        results = worker_hora(sizes) if args.worker == "hora" else worker_torch(sizes, args.port)
+        print(json.dumps({"RESULT": {str(k): v for k, v in results.items()}}), flush=True)
+        return
+
+    sizes = [n for n in SIZES if n <= args.max_bytes]
+    peers = args.peers.split(",")
+    for np_ in args.np:
+        measured = {peer: run_peer(peer, np_, sizes) for peer in peers}
+        print(f"\nallreduce float32 Sum, {np_} ranks (median of the slowest rank)")
+        header = f"{'size':>9}" + "".join(f" {p + ' time':>14} {p + ' busbw':>12}" for p in peers)
+        if "hora" in peers and "torch" in peers:
+            header += f" {'torch/hora':>11}"
+        print(header)
+        for n in sizes:
+            row = f"{human(n):>9}"
+            for p in peers:
+                t = measured[p][n]
+                busbw = n * 2 * (np_ - 1) / np_ / t / 1e9
+                row += f" {t * 1e6:>11.1f} us {busbw:>8.3f} GB/s"
+            if "hora" in peers and "torch" in peers:
+                row += f" {measured['torch'][n] / measured['hora'][n]:>10.2f}x"
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
