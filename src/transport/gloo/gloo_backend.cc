@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "core/reduce.h"
+#include "transport/gloo/connection_names.h"
 #include "hora/errors.h"
 
 namespace hora::gloo_transport {
@@ -89,12 +90,13 @@ void rethrow_as_hora_error(const std::string& where) {
   }
 }
 
-GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank,
+GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
                          std::shared_ptr<::gloo::Context> context,
                          std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
       set_name_(describe_set(global_ranks_)),
+      set_store_(std::move(set_store)),
       context_(std::move(context)),
       control_(std::move(control)),
       timeout_(timeout) {}
@@ -120,10 +122,21 @@ void GlooBackend::run(const char* name, Collective&& collective) {
     } catch (...) {
       rethrow_as_hora_error(set_name_ + ": gloo " + name);
     }
+  } catch (const PeerFailure& e) {
+    broken_ = with_failed_ranks(e.what());
+    throw PeerFailure(broken_);
   } catch (const Error& e) {
     broken_ = e.what();
     throw;
   }
+}
+
+std::string GlooBackend::with_failed_ranks(const std::string& message) const {
+  const std::vector<int> named = global_ranks_named_in(*set_store_, global_ranks_, rank_, message);
+  if (named.empty()) return message;
+  std::string ranks;
+  for (int g : named) ranks += (ranks.empty() ? "" : ", ") + std::to_string(g);
+  return message + " (connection to global rank(s) [" + ranks + "])";
 }
 
 void GlooBackend::expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const {

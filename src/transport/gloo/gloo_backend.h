@@ -30,8 +30,10 @@ std::string describe_set(const std::vector<int>& global_ranks);
 // so every later collective fails fast with PeerFailure.
 class GlooBackend final : public Backend {
  public:
-  GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<::gloo::Context> context,
-              std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout);
+  // `set_store` serves only to name failed peers (see connection_names.h).
+  GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
+              std::shared_ptr<::gloo::Context> context, std::unique_ptr<ControlChannel> control,
+              std::chrono::milliseconds timeout);
   ~GlooBackend() override;
 
   int rank() const override { return rank_; }
@@ -54,10 +56,13 @@ class GlooBackend final : public Backend {
   template <typename Collective>
   void run(const char* name, Collective&& collective);
   void expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const;
+  // `message` plus the global ranks of the connections it names, if any.
+  std::string with_failed_ranks(const std::string& message) const;
 
   const std::vector<int> global_ranks_;
   const int rank_;
   const std::string set_name_;
+  const std::shared_ptr<Store> set_store_;
   std::shared_ptr<::gloo::Context> context_;
   std::unique_ptr<ControlChannel> control_;
   const std::chrono::milliseconds timeout_;

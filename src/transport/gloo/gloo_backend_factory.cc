@@ -9,6 +9,7 @@
 
 #include "hora/errors.h"
 #include "transport/backend.h"
+#include "transport/gloo/connection_names.h"
 #include "transport/gloo/control_channel.h"
 #include "transport/gloo/gloo_backend.h"
 #include "transport/gloo/store_adapter.h"
@@ -72,15 +73,16 @@ class GlooBackendFactory final : public BackendFactory {
         rank, static_cast<int>(global_ranks.size()));
     context->setTimeout(timeout);
     try {
-      gloo_transport::GlooStoreAdapter store(make_prefix_store("gloo", set_store), timeout);
+      gloo_transport::GlooStoreAdapter store(make_prefix_store(gloo_transport::kGlooKeyPrefix, set_store), timeout);
       context->connectFullMesh(store, device_);
+      gloo_transport::publish_connection_addresses(*set_store, *context);
     } catch (...) {
       gloo_transport::rethrow_as_hora_error(set_name + ": connecting gloo");
     }
     auto control =
         ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout);
-    return std::make_unique<GlooBackend>(global_ranks, rank, std::move(context),
-                                         std::move(control), timeout);
+    return std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store),
+                                         std::move(context), std::move(control), timeout);
   }
 
  private:

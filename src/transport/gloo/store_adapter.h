@@ -10,6 +10,9 @@
 
 namespace hora::gloo_transport {
 
+// Gloo's own rendezvous keys live under this prefix of the set's store.
+inline constexpr char kGlooKeyPrefix[] = "gloo";
+
 // Forwards Gloo's store calls to a hora::Store. Gloo's get() takes no
 // timeout, so the adapter applies the one it was built with; waits without
 // a timeout use it too. hora::Timeout passes through unchanged.

@@ -1,4 +1,4 @@
-// Small blocking-socket helpers for the control plane: an owning fd, a
+// Blocking-socket building blocks of the control plane: an owning fd, a
 // listener on an ephemeral port, a connect with a deadline, whole writes and
 // reads. Errors throw hora::PeerFailure or hora::Timeout.
 #pragma once

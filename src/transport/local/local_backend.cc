@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -54,13 +55,20 @@ std::vector<uint8_t> encode_id(uint64_t id) {
 }
 
 uint64_t decode_id(const std::vector<uint8_t>& value) {
-  const std::string text(value.begin(), value.end());
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos || std::stol(text.substr(0, colon)) != getpid()) {
+  const char* begin = reinterpret_cast<const char*>(value.data());
+  const char* end = begin + value.size();
+  long pid = 0;
+  uint64_t id = 0;
+  auto [colon, pid_error] = std::from_chars(begin, end, pid);
+  if (pid_error != std::errc() || colon == end || *colon != ':' ||
+      std::from_chars(colon + 1, end, id).ec != std::errc()) {
+    throw Internal("local backend: malformed rendezvous id in the set store");
+  }
+  if (pid != getpid()) {
     throw InvalidArgument("local backend: the members of a process set must be threads of "
                           "one process");
   }
-  return std::stoull(text.substr(colon + 1));
+  return id;
 }
 
 // Finds the rendezvous of this creation round of the set, or makes it when

@@ -80,11 +80,11 @@ void LocalRendezvous::arrive_locked(std::unique_lock<std::mutex>& lock, int rank
   }
   while (phase_ == my_phase) {
     throw_if_broken_locked();
+    std::vector<int> gone;
     for (int r = 0; r < size(); ++r) {
-      if (!arrived_[r] && departed_[r]) {
-        break_locked(false, "global rank " + std::to_string(global_ranks_[r]) + " has left");
-      }
+      if (!arrived_[r] && departed_[r]) gone.push_back(global_ranks_[r]);
     }
+    if (!gone.empty()) break_locked(false, "global rank(s) " + format_ranks(gone) + " left");
     if (phase_done_.wait_until(lock, deadline) == std::cv_status::timeout && phase_ == my_phase) {
       break_locked(true, "timed out waiting for global rank(s) " + format_ranks(missing_locked()));
     }
