@@ -112,12 +112,15 @@ class _OutputForwarder:
 class RankProcess:
     """One rank: its process (or ssh session), output forwarders and waiter."""
 
-    def __init__(self, placement, argv, environ, exits, remote):
+    def __init__(self, placement, argv, environ, exits, remote, on_start):
         self.rank = placement.rank
         self.remote = remote
         self.popen = subprocess.Popen(
             argv, env=environ, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        # Before any of its output is forwarded: whoever sees the rank running
+        # can rely on it being watched.
+        on_start(self.popen.pid)
         self.forwarders = [_OutputForwarder(self.rank, self.popen.stdout, sys.stdout.buffer),
                            _OutputForwarder(self.rank, self.popen.stderr, sys.stderr.buffer)]
         threading.Thread(target=lambda: exits.put((self, self.popen.wait())),
@@ -202,8 +205,7 @@ class Job:
             for placement in self.placements:
                 if self.received_signal is not None:
                     return 128 + self.received_signal
-                self.ranks.append(self._start_rank(placement, address, server.port))
-                watchdog.watch(self.ranks[-1].popen.pid)
+                self.ranks.append(self._start_rank(placement, address, server.port, watchdog.watch))
             return self._supervise()
         finally:
             self._stop_ranks(signal.SIGKILL)
@@ -215,7 +217,7 @@ class Job:
             return "127.0.0.1"
         return rendezvous_addr if host_list.is_local(placement.host) else placement.host
 
-    def _start_rank(self, placement, rendezvous_addr, port):
+    def _start_rank(self, placement, rendezvous_addr, port, on_start):
         variables = rank_env.rank_environment(
             placement, hostname=self._hostname(placement, rendezvous_addr),
             rendezvous_addr=rendezvous_addr, rendezvous_port=port, secret=self.secret,
@@ -237,7 +239,7 @@ class Job:
                   f"{placement.cross_rank}/{placement.cross_size}, {how}): "
                   f"{shlex.join(command)}", file=sys.stderr, flush=True)
         try:
-            return RankProcess(placement, argv, environ, self.exits, remote)
+            return RankProcess(placement, argv, environ, self.exits, remote, on_start)
         except OSError as error:
             raise SystemExit(f"horarun: cannot start rank {placement.rank}: {error}") from None
 
