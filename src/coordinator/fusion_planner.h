@@ -3,8 +3,10 @@
 // Given the responses the negotiator found ready, in order, it merges
 // allreduces of the same dtype, reduction and scale factors into one
 // response while their total size stays within the fusion threshold. A
-// merged response takes the place of its first member; the order of
-// everything else is kept. Pure function of its inputs.
+// merged response takes the place of its first member, so a later allreduce
+// may move ahead of other responses; every member runs the planned order, so
+// that is safe. Unfused responses keep their relative order. Pure function
+// of its inputs.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "coordinator/wire.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -174,7 +175,8 @@ std::vector<uint8_t> encode(const MemberMessage& message) {
   w.put<uint32_t>(static_cast<uint32_t>(message.requests.size()));
   for (const Request& q : message.requests) put_request(w, q);
   // Cached slots travel as a bit vector.
-  uint32_t bits = message.cached_slots.empty() ? 0 : message.cached_slots.back() + 1;
+  uint32_t bits = 0;
+  for (uint32_t slot : message.cached_slots) bits = std::max(bits, slot + 1);
   std::vector<uint8_t> mask((bits + 7) / 8, 0);
   for (uint32_t slot : message.cached_slots) mask[slot / 8] |= static_cast<uint8_t>(1u << (slot % 8));
   w.put_vector(mask);

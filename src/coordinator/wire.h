@@ -17,7 +17,7 @@ inline constexpr uint8_t kWireVersion = 1;
 // of requests that equal a cached one (a bit vector on the wire).
 struct MemberMessage {
   std::vector<Request> requests;
-  std::vector<uint32_t> cached_slots;  // ascending
+  std::vector<uint32_t> cached_slots;
 };
 
 // Coordinator -> members: the next responses to execute, in order.

@@ -1,6 +1,5 @@
 #include "runtime/progress_engine.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "coordinator/wire.h"
@@ -102,7 +101,6 @@ void ProgressEngine::negotiate_local(std::vector<Request> fresh) {
     }
   }
   if (coordinator()) return;
-  std::sort(message.cached_slots.begin(), message.cached_slots.end());
   backend_->send_control(0, encode(message));
 }
 
