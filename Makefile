@@ -40,8 +40,9 @@ test: build
 	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure
 	$(PYTHON) -m pytest -q tests/python
 
+# Two tasks training side by side on the even and odd ranks; writes multitask.png.
 demo: build
-	$(VENV)/bin/horarun -np 4 $(PYTHON) examples/seed_numpy.py
+	$(VENV)/bin/horarun -np 4 $(PYTHON) examples/multitask.py
 
 bench: build
 	$(PYTHON) benchmarks/allreduce.py

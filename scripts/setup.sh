@@ -6,12 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv)
+# The MPI backend's: installed when run as root; without them hora builds
+# without MPI and its MPI tests are skipped.
+OPTIONAL_DEBIAN_PACKAGES=(libopenmpi-dev openmpi-bin)
 VENV=.venv
 # distribution name, pip requirement, required version prefix ("" for any)
 PYTHON_PACKAGES=(
   "torch torch==2.13.0 2.13.0"
   "numpy numpy "
   "pytest pytest "
+  "mpi4py mpi4py "
+  "matplotlib matplotlib "
   "nanobind nanobind "
   "scikit-build-core scikit-build-core "
   "cmake cmake "
@@ -20,7 +25,7 @@ PYTHON_PACKAGES=(
 
 missing_debian_packages() {
   local package
-  for package in "${DEBIAN_PACKAGES[@]}"; do
+  for package in "$@"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
       echo "$package"
     fi
@@ -32,9 +37,14 @@ install_debian_packages() {
     echo "setup: not a Debian system; make sure these are installed: ${DEBIAN_PACKAGES[*]}" >&2
     return
   fi
-  local missing
-  missing=$(missing_debian_packages | paste -sd ' ' -)
-  [ -z "$missing" ] && return
+  local missing optional
+  missing=$(missing_debian_packages "${DEBIAN_PACKAGES[@]}" | paste -sd ' ' -)
+  optional=$(missing_debian_packages "${OPTIONAL_DEBIAN_PACKAGES[@]}" | paste -sd ' ' -)
+  if [ "$(id -u)" -ne 0 ] && [ -n "$optional" ]; then
+    echo "setup: without $optional hora builds without the MPI backend" >&2
+  fi
+  [ "$(id -u)" -eq 0 ] && missing="$missing $optional"
+  [ -z "${missing// /}" ] && return
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing Debian packages: $missing" >&2
     echo "setup: install them with: sudo apt-get install -y $missing" >&2

@@ -1,0 +1,1 @@
+"""The parts of ``horovod.common`` that training scripts import."""

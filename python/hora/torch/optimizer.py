@@ -1,0 +1,293 @@
+"""DistributedOptimizer: averages gradients over a process set before each step."""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from hora.common import basics as _basics
+from hora.common import ops as _ops
+from hora.common.ops import Average
+from hora.common.process_sets import global_process_set
+from hora.torch import join_protocol as _join
+from hora.torch import mpi_ops as _mpi_ops
+from hora.torch.compression import Compression
+from hora.torch.functions import broadcast_object
+
+
+def _split_evenly(items, parts):
+    """``parts`` consecutive slices whose lengths differ by at most one."""
+    base, extra = divmod(len(items), parts)
+    bounds = [i * base + min(i, extra) for i in range(parts + 1)]
+    return [items[bounds[i]:bounds[i + 1]] for i in range(parts)]
+
+
+class _DistributedOptimizer:
+    """Mixed in before the wrapped optimizer's class. Each parameter's hook
+    starts its gradient's allreduce as soon as backward has accumulated it
+    ``backward_passes_per_step`` times; ``synchronize()`` (called by
+    ``step()``) waits for them and writes the averaged gradients back. Runs on
+    the thread that calls backward and step."""
+
+    _hora_distributed = True
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super().__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [(f"allreduce.noname.{i}.{j}", v) for i, group in enumerate(self.param_groups)
+                                for j, v in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        duplicates = sorted({k for k in names if names.count(k) > 1})
+        if duplicates:
+            raise ValueError("Parameter names in named_parameters must be unique. "
+                             f"Found duplicates: {', '.join(duplicates)}")
+        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
+        unnamed = all_ids - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                             f"Python object ids: {', '.join(str(i) for i in unnamed)}")
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = global_process_set if process_set is None else process_set
+        self._handles = {}
+        self._announce = []  # descriptions of this step's allreduces, announced at synchronize()
+        self._accumulators = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        if groups is not None:
+            self._check_groups(groups)
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+        if self.process_set.included() and _basics.size() > 1:
+            self._register_hooks()
+
+    @staticmethod
+    def _check_groups(groups):
+        if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+            raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+        if isinstance(groups, list):
+            seen = set()
+            for group in groups:
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once in groups.")
+                    seen.add(id(p))
+
+    def _form_groups(self):
+        params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        # Every member orders the parameters as the set's first rank does.
+        names = broadcast_object([self._parameter_names.get(p) for p in params], root_rank=self.process_set.ranks[0],
+                                 name="DistributedOptimizer.groups", process_set=self.process_set)
+        params.sort(key=lambda p: names.index(self._parameter_names.get(p)))
+        if isinstance(self._groups, list):
+            ids = {id(p) for p in params}
+            p_groups = [[p for p in group if id(p) in ids] for group in self._groups]
+            grouped = {id(p) for group in p_groups for p in group}
+            p_groups += [[p] for p in params if id(p) not in grouped]
+        else:
+            p_groups = _split_evenly(params, self._groups)
+        for group in map(tuple, p_groups):
+            if not group:
+                continue
+            for p in group:
+                self._p_to_group[p] = group
+            self._group_counts[group] = 0
+
+    def _register_hooks(self):
+        if self._groups is not None:
+            self._form_groups()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    # The hook sits on p's gradient accumulator (kept alive
+                    # here), so it fires once p.grad is accumulated and stays
+                    # with p: a deep copy of the model gets fresh accumulators.
+                    accumulator = p.view_as(p).grad_fn.next_functions[0][0]
+                    accumulator.register_hook(self._make_hook(p))
+                    self._accumulators.append(accumulator)
+
+    def _scale_factors(self):
+        if self.op == Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Another member may have a gradient for p: take part with zeros.
+            p.grad = torch.zeros_like(p)
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                return _mpi_ops.sparse_allreduce_async(tensor, name=name, op=self.op,
+                                                       process_set=self.process_set), None
+            tensor = tensor.to_dense()
+        compressed, ctx = self._compression.compress(tensor)
+        prescale, postscale = self._scale_factors()
+        handles, described = _mpi_ops.submit_allreduces([compressed], True, [name], self.op, prescale, postscale,
+                                                        self.process_set, announce=False)
+        self._announce += described
+        return handles[0], ctx
+
+    def _grouped_allreduce_grad_async(self, group):
+        name = self._parameter_names.get(group[0])
+        compressed, ctxs = zip(*[self._compression.compress(p.grad) for p in group])
+        prescale, postscale = self._scale_factors()
+        names = [f"{name}.{i}" for i in range(len(group))]
+        handles, described = _mpi_ops.submit_allreduces(list(compressed), True, names, self.op, prescale,
+                                                        postscale, self.process_set, announce=False)
+        self._announce += described
+        return _ops.GroupHandle(handles), ctxs
+
+    def _make_hook(self, p):
+        def hook(*unused):
+            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            self._allreduce_delay[p] -= 1
+            handle, ctx = None, None
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        self._handles[group] = self._grouped_allreduce_grad_async(group)
+                        for member in group:
+                            self._handles.pop(member, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce and writes the results into
+        ``p.grad``; starts those that backward did not."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        done = set()
+        for key in self._handles:
+            done.update(key) if isinstance(key, tuple) else done.add(key)
+        for p in self._requires_update - done:
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        if self._requires_update:
+            _join.announce(self.process_set, self._announce)
+        self._announce = []
+        for key, (handle, ctx) in self._handles.items():
+            if isinstance(key, tuple):
+                for p, output, p_ctx in zip(key, _mpi_ops.synchronize(handle), ctx):
+                    self._allreduce_delay[p] = self.backward_passes_per_step
+                    p.grad.set_(self._compression.decompress(output, p_ctx))
+                self._group_counts[key] = 0
+            else:
+                self._store_gradient(key, _mpi_ops.synchronize(handle), ctx)
+        self._handles.clear()
+        self._synchronized = True
+
+    def _store_gradient(self, p, output, ctx):
+        self._allreduce_delay[p] = self.backward_passes_per_step
+        if self._groups is not None and self._p_to_group.get(p) in self._group_counts:
+            self._group_counts[self._p_to_group[p]] = 0
+        if p.grad.is_sparse:
+            reduced = self._compression.decompress(output, ctx)
+            if not reduced.is_sparse:
+                reduced = reduced.to_sparse()
+            p.grad.zero_().add_(reduced)
+        else:
+            p.grad.set_(self._compression.decompress(output, ctx))
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Within it, ``step()`` does not synchronize (call ``synchronize()`` first)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                              "consider using optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return self._local_step(closure)
+
+    def _local_step(self, closure=None):
+        """The wrapped optimizer's own step, without any communication."""
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        return super().zero_grad(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._announce = []
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super().load_state_dict(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged (or
+    reduced by ``op``) over ``process_set``.
+
+    The result is an instance of a subclass of ``optimizer``'s class with the
+    same parameter groups. Members outside ``process_set`` step locally.
+    ``groups`` (an int or a list of lists of parameters) fuses gradients into
+    grouped allreduces; the parameter order is taken from the set's first rank.
+    """
+    op = _ops.resolve_reduce_op(op, None)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)
