@@ -1,13 +1,17 @@
-"""Allreduce latency and bus bandwidth: hora beside torch.distributed (Gloo),
-measured in the same run on the same machine.
+"""Allreduce latency and bus bandwidth: hora beside torch.distributed (Gloo)
+and, on the MPI backend, beside plain MPI_Allreduce (mpi4py), measured in the
+same run on the same machine.
 
     python benchmarks/allreduce.py                # 2 and 4 ranks, 4 B .. 64 MiB
     python benchmarks/allreduce.py --np 4 --max-bytes 1048576
+    python benchmarks/allreduce.py --backend mpi  # hora on MPI, mpi4py, torch
 
 Each peer runs as its own job under horarun; every rank times in-place
 float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
 size is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
-define it. Not a test: it prints a table and the hora/torch time ratio.
+define it. hora on MPI and mpi4py run under mpirun (horarun --mpi), the others
+under horarun. Not a test: it prints a table and, for each other peer, its
+time over hora's (above 1: hora is faster).
 """
 
 import argparse
@@ -66,20 +70,45 @@ def worker_torch(sizes, port):
     return results
 
 
+def worker_mpi4py(sizes):
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    buffers = {n: np.ones(max(n // 4, 1), dtype=np.float32) for n in sizes}
+    results = {n: time_loop(lambda b: comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM), buffers, n) for n in sizes}
+    return results
+
+
+WORKERS = {"hora": worker_hora, "mpi4py": worker_mpi4py}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def run_peer(peer, np_, sizes):
-    cmd = [sys.executable, "-m", "hora.runner", "-np", str(np_), sys.executable, os.path.abspath(__file__),
-           "--worker", peer, "--port", str(free_port()), "--sizes", ",".join(map(str, sizes))]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+def run_peer(peer, np_, sizes, backend):
+    # hora on MPI and mpi4py run under mpirun; hora on Gloo and torch under horarun.
+    through_mpi = peer == "mpi4py" or (peer == "hora" and backend == "mpi")
+    launcher = ["--mpi"] if through_mpi else []
+    cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np_), sys.executable,
+           os.path.abspath(__file__), "--worker", peer, "--port", str(free_port()),
+           "--sizes", ",".join(map(str, sizes))]
+    env = dict(os.environ, HORA_BACKEND=backend) if peer == "hora" else None
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
     if out.returncode != 0:
         raise SystemExit(f"{peer} on {np_} ranks failed:\n{out.stdout}\n{out.stderr}")
-    per_rank = [json.loads(line.split(":", 1)[1]) for line in out.stdout.splitlines() if "RESULT" in line]
-    per_rank = [r["RESULT"] for r in per_rank]
+    # Each rank prints one {"RESULT": ...}; a launcher may prefix or join lines.
+    decoder, text, per_rank = json.JSONDecoder(), out.stdout, []
+    start = text.find('{"RESULT"')
+    while start >= 0:
+        result, end = decoder.raw_decode(text, start)
+        per_rank.append(result["RESULT"])
+        start = text.find('{"RESULT"', end)
+    if len(per_rank) != np_:
+        raise SystemExit(f"{peer} on {np_} ranks printed {len(per_rank)} results:\n{out.stdout}")
     return {n: max(r[str(n)] for r in per_rank) for n in sizes}
 
 
@@ -95,7 +124,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
-    parser.add_argument("--peers", default="hora,torch")
+    parser.add_argument("--backend", choices=("gloo", "mpi"), default="gloo", help="hora's backend")
+    parser.add_argument("--peers", help="comma-separated, from hora, torch, mpi4py (default: hora,torch; "
+                                        "with --backend mpi: hora,mpi4py,torch)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -103,18 +134,19 @@ def main():
 
     if args.worker:
         sizes = [int(s) for s in args.sizes.split(",")]
-        results = worker_hora(sizes) if args.worker == "hora" else worker_torch(sizes, args.port)
+        worker = WORKERS.get(args.worker)
+        results = worker(sizes) if worker else worker_torch(sizes, args.port)
         print(json.dumps({"RESULT": {str(k): v for k, v in results.items()}}), flush=True)
         return
 
     sizes = [n for n in SIZES if n <= args.max_bytes]
-    peers = args.peers.split(",")
+    peers = (args.peers or ("hora,mpi4py,torch" if args.backend == "mpi" else "hora,torch")).split(",")
+    others = [p for p in peers if p != "hora"] if "hora" in peers else []
     for np_ in args.np:
-        measured = {peer: run_peer(peer, np_, sizes) for peer in peers}
-        print(f"\nallreduce float32 Sum, {np_} ranks (median of the slowest rank)")
+        measured = {peer: run_peer(peer, np_, sizes, args.backend) for peer in peers}
+        print(f"\nallreduce float32 Sum, {np_} ranks, hora on {args.backend} (median of the slowest rank)")
         header = f"{'size':>9}" + "".join(f" {p + ' time':>14} {p + ' busbw':>12}" for p in peers)
-        if "hora" in peers and "torch" in peers:
-            header += f" {'torch/hora':>11}"
+        header += "".join(f" {p + '/hora':>11}" for p in others)
         print(header)
         for n in sizes:
             row = f"{human(n):>9}"
@@ -122,8 +154,8 @@ def main():
                 t = measured[p][n]
                 busbw = n * 2 * (np_ - 1) / np_ / t / 1e9
                 row += f" {t * 1e6:>11.1f} us {busbw:>8.3f} GB/s"
-            if "hora" in peers and "torch" in peers:
-                row += f" {measured['torch'][n] / measured['hora'][n]:>10.2f}x"
+            for p in others:
+                row += f" {measured[p][n] / measured['hora'][n]:>10.2f}x"
             print(row, flush=True)
 
 

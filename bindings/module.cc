@@ -13,6 +13,7 @@
 #include "hora/errors.h"
 #include "hora/runtime.h"
 #include "tensors.h"
+#include "transport/registry.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -31,10 +32,14 @@ Runtime& current() {
 
 nb::tuple set_tuple(const ProcessSet& set) { return nb::make_tuple(set.id, set.ranks, set.rank); }
 
-void init(const std::vector<std::vector<int>>& process_sets) {
+// `mpi_communicator` (a Fortran handle) or `mpi_world_ranks`: init(comm=...).
+void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64_t> mpi_communicator,
+          const std::vector<int>& mpi_world_ranks) {
   std::lock_guard<std::mutex> lock(runtime_mutex);
   if (runtime) return;
   RuntimeConfig config = runtime_config_from_env();
+  config.mpi_communicator = mpi_communicator;
+  config.mpi_world_ranks = mpi_world_ranks;
   nb::gil_scoped_release release;
   runtime = std::make_unique<Runtime>(config, process_sets);
 }
@@ -93,7 +98,8 @@ NB_MODULE(_core, m) {
     return output_array(work, static_cast<DataType>(dtype));
   });
 
-  m.def("init", &init, "process_sets"_a);
+  m.def("init", &init, "process_sets"_a, "mpi_communicator"_a.none() = nb::none(),
+        "mpi_world_ranks"_a = std::vector<int>{});
   m.def("shutdown", &shutdown);
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lock(runtime_mutex);
@@ -105,6 +111,10 @@ NB_MODULE(_core, m) {
   m.def("local_size", [] { return current().config().local_size; });
   m.def("cross_rank", [] { return current().config().cross_rank; });
   m.def("cross_size", [] { return current().config().cross_size; });
+  m.def("backend", [] { return current().config().backend; });
+  m.def("mpi_built", &mpi_built);
+  m.def("mpi_threads_supported", &mpi_threads_supported);
+  m.def("mpi_abort", &abort_mpi_job, "exit_code"_a);
 
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     Runtime& rt = current();

@@ -25,6 +25,7 @@ namespace hora {
 
 class BackendFactory;
 class ProgressEngine;
+struct JobTransport;
 
 // One op as a front end submits it.
 struct OpArgs {
@@ -41,8 +42,8 @@ struct OpArgs {
 
 class Runtime {
  public:
-  // Gloo over TCP, rendezvous through the launcher's store (a single process
-  // needs neither).
+  // The transport the config selects: Gloo with the launcher's store (a
+  // single process needs neither), or MPI with a store that rank 0 serves.
   Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& initial_sets);
   // Any transport and store (tests).
   Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
@@ -71,6 +72,7 @@ class Runtime {
   void shutdown();
 
  private:
+  Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets);
   void create_set(const ProcessSet& set);
   std::shared_ptr<ProgressEngine> engine(int32_t id) const;
 

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace hora {
 
@@ -23,11 +26,31 @@ struct RuntimeConfig {
   size_t cache_capacity = 1024;
   std::chrono::milliseconds timeout{600'000};        // collective and set-creation timeout
   std::chrono::milliseconds start_timeout{120'000};  // world rendezvous
+  // Stall inspector: warn about ops that wait longer than this for members
+  // that have not submitted them (0: never), and fail the set once they
+  // wait longer than the shutdown time (0: never; HORA_OP_TIMEOUT_SECONDS
+  // bounds them anyway).
+  std::chrono::milliseconds stall_warning_time{60'000};
+  std::chrono::milliseconds stall_shutdown_time{0};
+
+  // The transport: "gloo" or "mpi"; empty picks MPI when an MPI launcher
+  // started the process (or a communicator is given), else Gloo. Once the
+  // Runtime runs, config().backend names the one in use.
+  std::string backend;
+  // Started by mpirun or srun rather than horarun: the job bootstraps
+  // through MPI (rank 0 serves the store), whichever backend carries data.
+  bool mpi_launched = false;
+  // init(comm=...): the job's world is this MPI communicator (its Fortran
+  // handle, MPI_Comm_c2f) or these ranks of MPI_COMM_WORLD (only they start
+  // hora); neither: MPI_COMM_WORLD.
+  std::optional<int64_t> mpi_communicator;
+  std::vector<int> mpi_world_ranks;
 };
 
 // Reads HORA_* and the Horovod names (HOROVOD_RANK, HOROVOD_FUSION_THRESHOLD,
-// HOROVOD_CACHE_CAPACITY, ...). Malformed values throw InvalidArgument
-// naming the variable.
+// HOROVOD_CACHE_CAPACITY, HOROVOD_CONTROLLER, ...), and where horarun did not
+// set them, the rank variables of Open MPI, MPICH / PMI and Slurm (srun).
+// Malformed values throw InvalidArgument naming the variable.
 RuntimeConfig runtime_config_from_env();
 
 }  // namespace hora

@@ -46,4 +46,12 @@ bool TensorQueue::empty() const {
   return pending_.empty();
 }
 
+std::optional<std::chrono::steady_clock::time_point> TensorQueue::oldest_submission() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::optional<std::chrono::steady_clock::time_point> oldest;
+  for (const auto& [name, entry] : pending_)
+    if (!oldest || entry.submitted < *oldest) oldest = entry.submitted;
+  return oldest;
+}
+
 }  // namespace hora

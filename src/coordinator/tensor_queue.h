@@ -4,8 +4,10 @@
 // Thread-safe; never blocks beyond its mutex.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +23,7 @@ struct TensorEntry {
   TensorView input;
   TensorView output;  // caller memory for allreduce, broadcast, reducescatter
   std::shared_ptr<Work> work;
+  std::chrono::steady_clock::time_point submitted{};
 };
 
 class TensorQueue {
@@ -34,6 +37,8 @@ class TensorQueue {
   // Removes and returns every pending entry.
   std::vector<TensorEntry> take_all();
   bool empty() const;
+  // When the longest-pending entry was submitted; nullopt when none is.
+  std::optional<std::chrono::steady_clock::time_point> oldest_submission() const;
 
  private:
   mutable std::mutex mutex_;

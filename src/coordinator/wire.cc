@@ -13,9 +13,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "wire format assumes little-endian hosts");
 
 constexpr uint16_t kMagic = 0x5248;  // "HR"
-constexpr uint8_t kMemberKind = 1;
-constexpr uint8_t kCoordinatorKind = 2;
-constexpr uint32_t kMaxString = 64 * 1024;
+constexpr uint32_t kMaxString = kMaxWireString;
 constexpr uint32_t kMaxCount = 1 << 22;
 constexpr uint32_t kMaxDims = 64;
 
@@ -87,18 +85,25 @@ class Reader {
   size_t pos_ = 0;
 };
 
-void put_header(Writer& w, uint8_t kind) {
+void put_header(Writer& w, ControlKind kind) {
   w.put<uint16_t>(kMagic);
   w.put<uint8_t>(kWireVersion);
-  w.put<uint8_t>(kind);
+  w.put<uint8_t>(static_cast<uint8_t>(kind));
 }
 
-void check_header(Reader& r, uint8_t kind) {
+ControlKind read_header(Reader& r) {
   if (r.get<uint16_t>("magic") != kMagic) r.fail("magic", "not a hora control message");
   uint8_t version = r.get<uint8_t>("version");
   if (version != kWireVersion)
     r.fail("version", "got " + std::to_string(version) + ", expected " + std::to_string(kWireVersion));
-  if (r.get<uint8_t>("kind") != kind) r.fail("kind", "unexpected message kind");
+  uint8_t kind = r.get<uint8_t>("kind");
+  if (kind < static_cast<uint8_t>(ControlKind::kMember) || kind > static_cast<uint8_t>(ControlKind::kFailure))
+    r.fail("kind", "unknown message kind " + std::to_string(kind));
+  return static_cast<ControlKind>(kind);
+}
+
+void check_header(Reader& r, ControlKind kind) {
+  if (read_header(r) != kind) r.fail("kind", "unexpected message kind");
 }
 
 void put_request(Writer& w, const Request& q) {
@@ -143,7 +148,7 @@ void put_response(Writer& w, const Response& s) {
     w.put<int32_t>(slot);
     if (slot < 0) w.put_string(s.names[i]);
   }
-  w.put_string(s.error);
+  w.put_string(s.error.size() > kMaxString ? s.error.substr(0, kMaxString) : s.error);
   w.put_vector(s.sizes);
   w.put_vector(s.cache);
 }
@@ -169,9 +174,14 @@ Response get_response(Reader& r) {
 
 }  // namespace
 
+ControlKind control_kind(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  return read_header(r);
+}
+
 std::vector<uint8_t> encode(const MemberMessage& message) {
   Writer w;
-  put_header(w, kMemberKind);
+  put_header(w, ControlKind::kMember);
   w.put<uint32_t>(static_cast<uint32_t>(message.requests.size()));
   for (const Request& q : message.requests) put_request(w, q);
   // Cached slots travel as a bit vector.
@@ -185,7 +195,7 @@ std::vector<uint8_t> encode(const MemberMessage& message) {
 
 MemberMessage decode_member_message(const std::vector<uint8_t>& bytes) {
   Reader r(bytes);
-  check_header(r, kMemberKind);
+  check_header(r, ControlKind::kMember);
   MemberMessage m;
   uint32_t n = r.get<uint32_t>("request count");
   if (n > kMaxCount) r.fail("request count", "invalid count " + std::to_string(n));
@@ -200,7 +210,7 @@ MemberMessage decode_member_message(const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> encode(const CoordinatorMessage& message) {
   Writer w;
-  put_header(w, kCoordinatorKind);
+  put_header(w, ControlKind::kCoordinator);
   w.put<uint32_t>(static_cast<uint32_t>(message.responses.size()));
   for (const Response& s : message.responses) put_response(w, s);
   return w.take();
@@ -208,11 +218,37 @@ std::vector<uint8_t> encode(const CoordinatorMessage& message) {
 
 CoordinatorMessage decode_coordinator_message(const std::vector<uint8_t>& bytes) {
   Reader r(bytes);
-  check_header(r, kCoordinatorKind);
+  check_header(r, ControlKind::kCoordinator);
   CoordinatorMessage m;
   uint32_t n = r.get<uint32_t>("response count");
   if (n > kMaxCount) r.fail("response count", "invalid count " + std::to_string(n));
   for (uint32_t i = 0; i < n; ++i) m.responses.push_back(get_response(r));
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode(const FailureMessage& message) {
+  Writer w;
+  put_header(w, ControlKind::kFailure);
+  w.put<uint8_t>(static_cast<uint8_t>(message.stage));
+  w.put_vector(message.missing);
+  w.put_string(message.reason.size() > kMaxString ? message.reason.substr(0, kMaxString) : message.reason);
+  return w.take();
+}
+
+FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  check_header(r, ControlKind::kFailure);
+  FailureMessage m;
+  uint8_t stage = r.get<uint8_t>("failure stage");
+  if (stage < static_cast<uint8_t>(FailureMessage::Stage::kProbe) ||
+      stage > static_cast<uint8_t>(FailureMessage::Stage::kVerdict))
+    r.fail("failure stage", "unknown value " + std::to_string(stage));
+  m.stage = static_cast<FailureMessage::Stage>(stage);
+  m.missing = r.get_vector<int32_t>("missing ranks");
+  for (int32_t rank : m.missing)
+    if (rank < 0) r.fail("missing ranks", "negative rank " + std::to_string(rank));
+  m.reason = r.get_string("failure reason");
   r.expect_end();
   return m;
 }

@@ -2,16 +2,25 @@
 // coordinator. Little-endian, versioned, and bounds-checked: decoding
 // truncated or garbage bytes throws hora::Internal naming what was wrong,
 // never reads out of bounds.
+//
+// Every message starts with the same header: magic "HR" (u16), version (u8),
+// kind (u8). Version 2 added the failure messages (kind 3).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "coordinator/request.h"
 
 namespace hora {
 
-inline constexpr uint8_t kWireVersion = 1;
+inline constexpr uint8_t kWireVersion = 2;
+
+// The longest string a message carries (request names, error texts).
+inline constexpr uint32_t kMaxWireString = 64 * 1024;
+
+enum class ControlKind : uint8_t { kMember = 1, kCoordinator = 2, kFailure = 3 };
 
 // Member -> coordinator: new requests in full, plus the response-cache slots
 // of requests that equal a cached one (a bit vector on the wire).
@@ -25,9 +34,27 @@ struct CoordinatorMessage {
   std::vector<Response> responses;
 };
 
+// Either direction, once a process set breaks (see progress_engine.h). The
+// coordinator asks the members it still reaches whether they are alive
+// (kProbe) and then tells them the verdict (kVerdict: `missing` are the
+// global ranks found dead or hung, `reason` the full error message every
+// member raises). A member reports a failure it found itself, or answers a
+// probe, with kReport (`missing`: the global ranks it suspects, if any).
+struct FailureMessage {
+  enum class Stage : uint8_t { kProbe = 1, kReport = 2, kVerdict = 3 };
+  Stage stage = Stage::kVerdict;
+  std::vector<int32_t> missing;
+  std::string reason;  // cut to 64 KiB when encoded
+};
+
+// The kind of an encoded message; throws Internal unless the header is valid.
+ControlKind control_kind(const std::vector<uint8_t>& bytes);
+
 std::vector<uint8_t> encode(const MemberMessage& message);
 std::vector<uint8_t> encode(const CoordinatorMessage& message);
+std::vector<uint8_t> encode(const FailureMessage& message);
 MemberMessage decode_member_message(const std::vector<uint8_t>& bytes);
 CoordinatorMessage decode_coordinator_message(const std::vector<uint8_t>& bytes);
+FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes);
 
 }  // namespace hora

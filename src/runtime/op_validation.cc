@@ -5,6 +5,7 @@
 #include <string>
 
 #include "collectives/collectives.h"
+#include "coordinator/wire.h"
 #include "hora/errors.h"
 
 namespace hora {
@@ -59,6 +60,9 @@ std::vector<int64_t> alltoall_splits(const ProcessSet& set, const OpArgs& args) 
 }  // namespace
 
 Request make_request(const ProcessSet& set, OpArgs& args) {
+  if (args.name.size() > kMaxWireString)
+    throw InvalidArgument(std::string(op_type_name(args.op)) + ": a name of " + std::to_string(args.name.size()) +
+                          " bytes is too long; names are at most " + std::to_string(kMaxWireString) + " bytes");
   if (!set.included())
     invalid(args, "this rank is not a member of process set " + std::to_string(set.id) + " " +
                       ranks_string(set.ranks));

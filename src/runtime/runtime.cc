@@ -6,19 +6,10 @@
 #include "runtime/op_validation.h"
 #include "runtime/progress_engine.h"
 #include "transport/backend.h"
+#include "transport/registry.h"
 
 namespace hora {
 namespace {
-
-std::shared_ptr<Store> store_for(const RuntimeConfig& config) {
-  if (config.rendezvous_host.empty()) return make_hash_store();
-  return make_tcp_store(config.rendezvous_host, config.rendezvous_port, config.secret);
-}
-
-std::unique_ptr<BackendFactory> factory_for(const RuntimeConfig& config) {
-  if (config.size == 1 && config.rendezvous_host.empty()) return make_local_backend_factory();
-  return make_gloo_backend_factory(config.hostname);
-}
 
 ProcessSet make_set(int32_t id, std::vector<int> ranks, int my_rank) {
   ProcessSet set{id, std::move(ranks), -1};
@@ -30,7 +21,10 @@ ProcessSet make_set(int32_t id, std::vector<int> ranks, int my_rank) {
 }  // namespace
 
 Runtime::Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& initial_sets)
-    : Runtime(config, store_for(config), factory_for(config), initial_sets) {}
+    : Runtime(open_job_transport(std::move(config)), initial_sets) {}
+
+Runtime::Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets)
+    : Runtime(std::move(job.config), std::move(job.store), std::move(job.factory), initial_sets) {}
 
 Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
                  const std::vector<std::vector<int>>& initial_sets)
@@ -63,11 +57,12 @@ void Runtime::create_set(const ProcessSet& set) {
   auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
   auto set_store = make_prefix_store("process_set." + std::to_string(set.id), store_);
   BackendFactory* factory = factory_.get();
-  auto connect = [factory, set, set_store, timeout, my_rank = config_.rank] {
-    return factory->create(set.ranks, my_rank, set_store, timeout);
+  auto connect = [factory, set, set_store, timeout, my_rank = config_.rank](const std::atomic<bool>& cancelled) {
+    return factory->create(set.ranks, my_rank, set_store, timeout, cancelled);
   };
-  auto engine = std::make_shared<ProgressEngine>(
-      EngineOptions{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity}, connect);
+  EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
+                        config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time};
+  auto engine = std::make_shared<ProgressEngine>(std::move(options), connect);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);
 }

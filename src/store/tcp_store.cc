@@ -1,5 +1,5 @@
 // Client of the launcher's rendezvous server. The wire protocol is described in
-// docs/rendezvous.md; its encoding lives only in this file.
+// docs/rendezvous.md; its encoding lives in store_protocol.{h,cc}.
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -24,6 +24,7 @@
 
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "store/store_protocol.h"
 
 namespace hora {
 namespace {
@@ -31,16 +32,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr uint8_t kProtocolVersion = 1;
-enum class Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kPing = 5 };
-enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kBadSecret = 3, kBadRequest = 4 };
-
-constexpr size_t kMaxKeyBytes = 4096;
-constexpr size_t kMaxValueBytes = size_t{64} << 20;
-constexpr size_t kMaxSecretBytes = 256;
-constexpr size_t kMaxWaitKeys = 4096;
-constexpr size_t kMaxFrameBytes = kMaxValueBytes + (size_t{64} << 10);
-constexpr uint32_t kNoTimeoutMs = 0xFFFFFFFF;
+using namespace store_protocol;
 
 // How long SET and ADD keep trying to reach the server, and the least time
 // GET and WAIT give a connection attempt however short their own timeout.
@@ -89,111 +81,6 @@ std::string quote_keys(const std::vector<std::string>& keys) {
   for (size_t i = 0; i < keys.size() && i < 8; ++i) out += (i ? ", " : "") + quote_key(keys[i]);
   if (keys.size() > 8) out += ", ... (" + std::to_string(keys.size()) + " keys)";
   return out;
-}
-
-// --- wire encoding ---------------------------------------------------------
-
-struct Request {
-  Command command = Command::kPing;
-  uint32_t timeout_ms = 0;
-  std::vector<std::string> keys;
-  std::vector<uint8_t> value;
-};
-
-struct Reply {
-  Status status = Status::kOk;
-  std::vector<uint8_t> value;
-};
-
-// Builds one frame: the u32 payload length, then the payload.
-class FrameWriter {
- public:
-  explicit FrameWriter(size_t payload_size) {
-    bytes_.reserve(4 + payload_size);
-    u32(static_cast<uint32_t>(payload_size));
-  }
-  void u8(uint8_t v) { bytes_.push_back(v); }
-  void u16(uint16_t v) { little_endian(v, 2); }
-  void u32(uint32_t v) { little_endian(v, 4); }
-  void raw(const void* data, size_t n) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    bytes_.insert(bytes_.end(), p, p + n);
-  }
-  void sized(const void* data, size_t n) {
-    u32(static_cast<uint32_t>(n));
-    raw(data, n);
-  }
-  std::vector<uint8_t> finish() && { return std::move(bytes_); }
-
- private:
-  void little_endian(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  std::vector<uint8_t> bytes_;
-};
-
-// Bounds-checked reader over a reply payload; an overrun means the server
-// broke the protocol.
-class PayloadReader {
- public:
-  explicit PayloadReader(const std::vector<uint8_t>& data) : data_(data) {}
-  uint8_t u8() { return take(1)[0]; }
-  uint32_t u32() {
-    const uint8_t* p = take(4);
-    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-  }
-  const uint8_t* take(size_t n) {
-    if (n > data_.size() - pos_) throw Internal("malformed reply from the rendezvous server");
-    const uint8_t* p = data_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-  bool at_end() const { return pos_ == data_.size(); }
-
- private:
-  const std::vector<uint8_t>& data_;
-  size_t pos_ = 0;
-};
-
-std::vector<uint8_t> encode_request(const std::string& secret, const Request& request) {
-  size_t payload_size = 1 + 1 + 2 + secret.size() + 4 + 4 + 4 + request.value.size();
-  for (const std::string& key : request.keys) payload_size += 4 + key.size();
-  FrameWriter w(payload_size);
-  w.u8(kProtocolVersion);
-  w.u8(static_cast<uint8_t>(request.command));
-  w.u16(static_cast<uint16_t>(secret.size()));
-  w.raw(secret.data(), secret.size());
-  w.u32(request.timeout_ms);
-  w.u32(static_cast<uint32_t>(request.keys.size()));
-  for (const std::string& key : request.keys) w.sized(key.data(), key.size());
-  w.sized(request.value.data(), request.value.size());
-  return std::move(w).finish();
-}
-
-Reply decode_reply(const std::vector<uint8_t>& payload) {
-  PayloadReader r(payload);
-  Reply reply;
-  const uint8_t status = r.u8();
-  if (status > static_cast<uint8_t>(Status::kBadRequest)) {
-    throw Internal("unknown status " + std::to_string(status) + " from the rendezvous server");
-  }
-  reply.status = static_cast<Status>(status);
-  const uint32_t length = r.u32();
-  const uint8_t* value = r.take(length);
-  reply.value.assign(value, value + length);
-  if (!r.at_end()) throw Internal("malformed reply from the rendezvous server");
-  return reply;
-}
-
-std::vector<std::string> decode_keys(const std::vector<uint8_t>& data) {
-  PayloadReader r(data);
-  std::vector<std::string> keys(std::min<size_t>(r.u32(), kMaxWaitKeys));
-  for (std::string& key : keys) {
-    const uint32_t length = r.u32();
-    const uint8_t* p = r.take(length);
-    key.assign(reinterpret_cast<const char*>(p), length);
-  }
-  return keys;
 }
 
 // --- socket ----------------------------------------------------------------

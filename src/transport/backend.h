@@ -1,6 +1,7 @@
 // The communicator of one process set, and the factory that makes them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -13,10 +14,12 @@
 
 namespace hora {
 
-// A control-plane message from another member of the same process set.
+// A control-plane message from another member of the same process set, or
+// the news that its control connection closed (`closed`, no bytes).
 struct ControlMessage {
   int from = -1;  // sender's rank within the set
   std::vector<uint8_t> bytes;
+  bool closed = false;
 };
 
 // One process set's communicator.
@@ -24,10 +27,11 @@ struct ControlMessage {
 // Data-plane calls (allreduce ... barrier) are made only by the set's progress
 // engine thread, in the same order on every member, and block until done; a
 // peer that dies or a call that runs past the timeout throws PeerFailure or
-// Timeout. The control plane is a star between set rank 0 (the coordinator)
-// and every other member: send_control may be called from any thread;
-// receive_control only from the engine thread; wake() from any thread, to
-// end a receive_control early (used when local work arrives).
+// Timeout. abort() makes them fail at once, from any thread. The control
+// plane is a star between set rank 0 (the coordinator) and every other
+// member: send_control may be called from any thread; receive_control only
+// from the engine thread; wake() from any thread, to end a receive_control
+// early (used when local work arrives).
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -54,23 +58,44 @@ class Backend {
   // Sends to set rank `to` (0 from a member; any member from rank 0).
   virtual void send_control(int to, const std::vector<uint8_t>& bytes) = 0;
   // Blocks until a message arrives (returned), wake() is called or the
-  // deadline passes (nullopt). A peer whose control connection closed throws
-  // PeerFailure naming its global rank.
+  // deadline passes (nullopt). A peer whose control connection closed is
+  // returned once, as a message with `closed` set, after every message it
+  // sent; later calls no longer wait on it.
   virtual std::optional<ControlMessage> receive_control(
       std::chrono::steady_clock::time_point deadline) = 0;
   virtual void wake() = 0;
+
+  // Any thread; idempotent; never blocks for long. The data plane is given
+  // up: the collective in progress and every later one fail at once with
+  // PeerFailure naming `reason`, and peers blocked in a collective with this
+  // member fail too instead of waiting for their timeout. The control plane
+  // keeps working.
+  virtual void abort(const std::string& reason) = 0;
 };
 
 // Makes the communicators of one process. create() is called by the members
 // of a set only (never by other ranks), each with the same sorted
-// `global_ranks` and a store already prefixed for that set.
+// `global_ranks` and a store already prefixed for that set. It blocks until
+// every member is connected, the timeout passes (Timeout naming who is
+// missing) or another thread sets `cancelled`: then it gives up within about
+// kCancelPoll, throwing InvalidArgument. (Gloo's own connection step, once
+// every member has published its address, is bounded only by the timeout.)
 class BackendFactory {
  public:
+  static constexpr std::chrono::milliseconds kCancelPoll{200};
+
   virtual ~BackendFactory() = default;
   virtual std::string name() const = 0;
   virtual std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
                                           std::shared_ptr<Store> set_store,
-                                          std::chrono::milliseconds timeout) = 0;
+                                          std::chrono::milliseconds timeout,
+                                          const std::atomic<bool>& cancelled) = 0;
+  // The same, never cancelled.
+  std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
+                                  std::shared_ptr<Store> set_store, std::chrono::milliseconds timeout) {
+    const std::atomic<bool> never{false};
+    return create(global_ranks, my_global_rank, std::move(set_store), timeout, never);
+  }
 };
 
 // Gloo over TCP. `hostname` is the address this process listens on.

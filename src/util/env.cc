@@ -1,4 +1,5 @@
 // The one place hora reads environment variables.
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -11,6 +12,7 @@ namespace {
 // The first of `names` that is set, or nullptr.
 const char* lookup(std::initializer_list<const char*> names, const char** found) {
   for (const char* name : names) {
+    if (!*name) continue;  // a name left out by its caller
     if (const char* value = std::getenv(name)) {
       *found = name;
       return value;
@@ -18,6 +20,9 @@ const char* lookup(std::initializer_list<const char*> names, const char** found)
   }
   return nullptr;
 }
+
+// Inside a task of an srun job step (a batch script alone is not one).
+bool in_slurm_step() { return std::getenv("SLURM_STEP_ID") && std::getenv("SLURM_PROCID"); }
 
 long long read_int(std::initializer_list<const char*> names, long long fallback) {
   const char* name = nullptr;
@@ -58,18 +63,53 @@ std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
+// Whether an MPI launcher (Open MPI's mpirun, MPICH's hydra, a PMIx
+// launcher) or a Slurm job step (srun) started this process.
+bool started_by_mpi_launcher() {
+  const char* name = nullptr;
+  return lookup({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}, &name) != nullptr ||
+         in_slurm_step();
+}
+
+// "gloo", "mpi" or "" (not chosen): HORA_BACKEND, else Horovod's names.
+std::string read_backend() {
+  const char* name = nullptr;
+  const char* value = lookup({"HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "HOROVOD_CONTROLLER"}, &name);
+  if (!value || !*value) return "";
+  std::string backend(value);
+  for (char& ch : backend) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (backend != "gloo" && backend != "mpi") {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + value + "' must be gloo or mpi");
+  }
+  return backend;
+}
+
 }  // namespace
 
 RuntimeConfig runtime_config_from_env() {
   RuntimeConfig c;
-  c.rank = static_cast<int>(read_int({"HORA_RANK", "HOROVOD_RANK"}, 0));
-  c.size = static_cast<int>(read_int({"HORA_SIZE", "HOROVOD_SIZE"}, 1));
-  c.local_rank = static_cast<int>(read_int({"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK"}, c.rank));
-  c.local_size = static_cast<int>(read_int({"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"}, c.size));
-  c.cross_rank = static_cast<int>(read_int({"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK"}, 0));
-  c.cross_size = static_cast<int>(read_int({"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE"}, 1));
-  c.hostname = read_string({"HORA_HOSTNAME", "HOROVOD_HOSTNAME"}, c.hostname);
   c.rendezvous_host = read_string({"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"}, "");
+  c.backend = read_backend();
+  // horarun's variables come first; the launcher's are read only without them.
+  c.mpi_launched = c.rendezvous_host.empty() && started_by_mpi_launcher();
+  const bool slurm = in_slurm_step();
+  c.rank = static_cast<int>(read_int({"HORA_RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                      slurm ? "SLURM_PROCID" : ""},
+                                     0));
+  c.size = static_cast<int>(read_int({"HORA_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                      slurm ? "SLURM_STEP_NUM_TASKS" : "", slurm ? "SLURM_NTASKS" : ""},
+                                     1));
+  c.local_rank = static_cast<int>(read_int({"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "MPI_LOCALRANKID", slurm ? "SLURM_LOCALID" : ""},
+                                           c.rank));
+  c.local_size = static_cast<int>(read_int({"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                            "MPI_LOCALNRANKS", slurm ? "SLURM_NTASKS_PER_NODE" : ""},
+                                           c.size));
+  c.cross_rank = static_cast<int>(read_int({"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK", slurm ? "SLURM_NODEID" : ""}, 0));
+  c.cross_size = static_cast<int>(read_int({"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE",
+                                            slurm ? "SLURM_STEP_NUM_NODES" : "", slurm ? "SLURM_NNODES" : ""},
+                                           1));
+  c.hostname = read_string({"HORA_HOSTNAME", "HOROVOD_HOSTNAME"}, c.hostname);
   c.rendezvous_port = static_cast<int>(read_int({"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT"}, 0));
   c.secret = read_string({"HORA_SECRET"}, "");
   long long fusion = read_int({"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"}, 64 << 20);
@@ -80,11 +120,19 @@ RuntimeConfig runtime_config_from_env() {
   c.cache_capacity = static_cast<size_t>(cache);
   c.timeout = millis(read_seconds({"HORA_OP_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"}, 600));
   c.start_timeout = millis(read_seconds({"HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT"}, 120));
+  c.stall_warning_time =
+      millis(read_seconds({"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS"}, 60));
+  if (read_int({"HORA_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE"}, 0) != 0)
+    c.stall_warning_time = std::chrono::milliseconds(0);
+  c.stall_shutdown_time =
+      millis(read_seconds({"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}, 0));
   if (c.size < 1) throw InvalidArgument("HORA_SIZE must be at least 1");
   if (c.rank < 0 || c.rank >= c.size)
     throw InvalidArgument("HORA_RANK=" + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.size - 1));
-  if (c.size > 1 && c.rendezvous_host.empty())
-    throw InvalidArgument("HORA_SIZE > 1 needs HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT; start the job with horarun");
+  if (c.size > 1 && c.rendezvous_host.empty() && !c.mpi_launched)
+    throw InvalidArgument(
+        "HORA_SIZE > 1 needs HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT; start the job with horarun, "
+        "horarun --mpi or mpirun");
   return c;
 }
 

@@ -343,7 +343,7 @@ TEST_P(BackendSets, OverlappingSetsRunConcurrently) {
   for (auto& t : threads) t.join();
 }
 
-TEST_P(BackendSets, DestroyedControlPeerFailsReceiveNamingItsGlobalRank) {
+TEST_P(BackendSets, DestroyedControlPeerIsReportedOnceAfterItsLastMessage) {
   const std::string kind = GetParam();
   for (int leaver : {5, 3}) {  // a member leaves, then the coordinator leaves
     const int stayer = leaver == 5 ? 3 : 5;
@@ -351,14 +351,82 @@ TEST_P(BackendSets, DestroyedControlPeerFailsReceiveNamingItsGlobalRank) {
     options.final_barrier = false;
     run_members(kind, {3, 5}, make_hash_store(), [&](Backend& b, int g) {
       b.barrier();
-      if (g == leaver) return;  // destroys its backend
-      const std::string message = error_message<PeerFailure>(
-          [&] { b.receive_control(Clock::now() + kTimeout); });
-      EXPECT_NE(message.find("global rank " + std::to_string(leaver)), std::string::npos)
-          << message;
+      if (g == leaver) {
+        b.send_control(1 - b.rank(), bytes("goodbye"));
+        return;  // destroys its backend
+      }
       EXPECT_EQ(g, stayer);
+      auto last = b.receive_control(Clock::now() + kTimeout);
+      ASSERT_TRUE(last.has_value());
+      EXPECT_FALSE(last->closed);
+      EXPECT_EQ(text(last->bytes), "goodbye");
+      auto closure = b.receive_control(Clock::now() + kTimeout);
+      ASSERT_TRUE(closure.has_value());
+      EXPECT_TRUE(closure->closed);
+      EXPECT_EQ(closure->from, 1 - b.rank());
+      EXPECT_TRUE(closure->bytes.empty());
+      // Reported once: later receives wait for other news until the deadline.
+      EXPECT_FALSE(b.receive_control(Clock::now() + milliseconds(100)).has_value());
     }, options);
   }
+}
+
+TEST_P(BackendSets, AbortFromAnotherThreadEndsABlockedCollectiveAtOnce) {
+  const std::string kind = GetParam();
+  std::promise<void> aborted;
+  auto done = aborted.get_future().share();
+  MemberOptions options;
+  options.timeout = milliseconds(60'000);
+  options.final_barrier = false;
+  run_members(kind, {0, 1}, make_hash_store(), [&](Backend& b, int g) {
+    if (g == 1) {
+      // Stays out of the collective until rank 0 has aborted; then its own
+      // collectives fail at once instead of waiting out the timeout.
+      done.wait();
+      const auto start = Clock::now();
+      EXPECT_THROW(b.barrier(), PeerFailure);
+      EXPECT_LT(Clock::now() - start, options.timeout);
+      auto message = b.receive_control(Clock::now() + kTimeout);
+      ASSERT_TRUE(message.has_value());
+      EXPECT_EQ(text(message->bytes), "still here");
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(200));
+      b.abort("test abort");
+    });
+    float v = 1;
+    const auto start = Clock::now();
+    error_message<PeerFailure>([&] { b.allreduce(&v, 1, DataType::kFloat32, ReduceOp::kSum); });
+    aborter.join();
+    EXPECT_LT(Clock::now() - start, options.timeout);
+    // Later collectives fail at once, naming the abort; the control plane works.
+    const std::string again = error_message<PeerFailure>([&] { b.barrier(); });
+    EXPECT_NE(again.find("test abort"), std::string::npos) << again;
+    b.abort("a second abort changes nothing");
+    EXPECT_NE(error_message<PeerFailure>([&] { b.barrier(); }).find("test abort"), std::string::npos);
+    b.send_control(1, bytes("still here"));
+    aborted.set_value();
+  }, options);
+}
+
+TEST_P(BackendSets, CreateGivesUpWhenCancelled) {
+  auto factory = make_factory(GetParam());
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    cancelled = true;
+  });
+  const auto start = Clock::now();
+  const milliseconds timeout(60'000);
+  const std::string message = error_message<InvalidArgument>(
+      [&] { factory->create({0, 1}, 0, make_hash_store(), timeout, cancelled); });
+  canceller.join();
+  EXPECT_NE(message.find("cancelled"), std::string::npos) << message;
+  EXPECT_LT(Clock::now() - start, timeout);
+  // A member (not the coordinator) waiting for the coordinator gives up too.
+  std::atomic<bool> now{true};
+  EXPECT_THROW(factory->create({0, 1}, 1, make_hash_store(), timeout, now), InvalidArgument);
 }
 
 TEST_P(BackendSets, CollectiveTimesOutWhenAMemberNeverArrives) {

@@ -1,5 +1,6 @@
-// The TCP store client against the real rendezvous server
-// (python/hora/runner/rendezvous.py), started as a subprocess per test.
+// The TCP store client against both rendezvous servers: the launcher's
+// (python/hora/runner/rendezvous.py, a subprocess per test) and the one an
+// MPI job's rank 0 runs inside its process (src/store/tcp_store_server.cc).
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,6 +22,7 @@
 
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "store/tcp_store_server.h"
 
 extern char** environ;
 
@@ -114,15 +116,25 @@ int unused_port() {
   return ntohs(address.sin_port);
 }
 
-class TcpStoreTest : public ::testing::Test {
+// Parametrised by server: "python" or "in_process".
+class TcpStoreTest : public ::testing::TestWithParam<std::string> {
  protected:
-  std::shared_ptr<Store> connect(const std::string& secret = kSecret) {
-    return make_tcp_store("127.0.0.1", server_.port(), secret);
+  void SetUp() override {
+    if (GetParam() == "python") {
+      python_ = std::make_unique<ServerProcess>();
+    } else {
+      in_process_ = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
+    }
   }
-  ServerProcess server_;
+  int port() const { return python_ ? python_->port() : in_process_->port(); }
+  std::shared_ptr<Store> connect(const std::string& secret = kSecret) {
+    return make_tcp_store("127.0.0.1", port(), secret);
+  }
+  std::unique_ptr<ServerProcess> python_;
+  std::unique_ptr<TcpStoreServer> in_process_;
 };
 
-TEST_F(TcpStoreTest, GetReturnsTheBytesLastSet) {
+TEST_P(TcpStoreTest, GetReturnsTheBytesLastSet) {
   auto store = connect();
   const std::vector<uint8_t> binary = {0, 1, 0xff, 0, 42};
   store->set("binary", binary);
@@ -136,7 +148,7 @@ TEST_F(TcpStoreTest, GetReturnsTheBytesLastSet) {
   EXPECT_EQ(connect()->get("binary", milliseconds(1000)), binary);
 }
 
-TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
+TEST_P(TcpStoreTest, LargeValuesRoundTrip) {
   auto store = connect();
   std::vector<uint8_t> big(8 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 131);
@@ -144,7 +156,7 @@ TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
   EXPECT_EQ(store->get("big", milliseconds(5000)), big);
 }
 
-TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
+TEST_P(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   auto reader = connect();
   auto writer = connect();
   const auto start = Clock::now();
@@ -158,7 +170,7 @@ TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   EXPECT_LT(seconds_since(start), 5.0);
 }
 
-TEST_F(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
+TEST_P(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
   // The process sets of one rank rendezvous on their own threads through one
   // store: a get waiting for a peer must not stop this rank's own set().
   auto store = connect();
@@ -172,7 +184,7 @@ TEST_F(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
   waiting.join();
 }
 
-TEST_F(TcpStoreTest, GetTimesOutNamingTheKey) {
+TEST_P(TcpStoreTest, GetTimesOutNamingTheKey) {
   auto store = connect();
   const auto start = Clock::now();
   try {
@@ -188,7 +200,7 @@ TEST_F(TcpStoreTest, GetTimesOutNamingTheKey) {
   EXPECT_EQ(store->get("after", milliseconds(1000)), bytes_of("ok"));
 }
 
-TEST_F(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
+TEST_P(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
   auto store = connect();
   EXPECT_EQ(store->add("counter", 5), 5);
   EXPECT_EQ(store->add("counter", -7), -2);
@@ -197,7 +209,7 @@ TEST_F(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
   EXPECT_EQ(store->get("counter", milliseconds(1000)), bytes_of("-2"));
 }
 
-TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
+TEST_P(TcpStoreTest, AddIsAtomicAcrossClients) {
   constexpr int kClients = 4, kAddsEach = 50;
   std::vector<std::vector<int64_t>> seen(kClients);
   std::vector<std::thread> threads;
@@ -217,7 +229,7 @@ TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
   EXPECT_EQ(connect()->add("shared", 0), kClients * kAddsEach);
 }
 
-TEST_F(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
+TEST_P(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
   auto waiter = connect();
   auto writer = connect();
   std::thread later([&] {
@@ -232,7 +244,7 @@ TEST_F(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
   waiter->wait({}, milliseconds(0));   // nothing to wait for
 }
 
-TEST_F(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
+TEST_P(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
   auto store = connect();
   store->set("present", bytes_of("x"));
   try {
@@ -245,7 +257,7 @@ TEST_F(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
   }
 }
 
-TEST_F(TcpStoreTest, WrongSecretIsAClearError) {
+TEST_P(TcpStoreTest, WrongSecretIsAClearError) {
   auto store = connect("not-the-job-secret");
   try {
     store->set("k", bytes_of("v"));
@@ -259,7 +271,7 @@ TEST_F(TcpStoreTest, WrongSecretIsAClearError) {
   EXPECT_EQ(good->get("k", milliseconds(1000)), bytes_of("v"));
 }
 
-TEST_F(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
+TEST_P(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
   auto store = connect();
   EXPECT_THROW(store->set(std::string(5000, 'k'), bytes_of("v")), InvalidArgument);
   EXPECT_THROW(store->get(std::string(5000, 'k'), milliseconds(10)), InvalidArgument);
@@ -268,11 +280,31 @@ TEST_F(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
   EXPECT_EQ(store->get(std::string(4096, 'k'), milliseconds(1000)), bytes_of("limit"));
 }
 
-TEST_F(TcpStoreTest, InvalidArgumentsAreRefused) {
+TEST_P(TcpStoreTest, InvalidArgumentsAreRefused) {
   EXPECT_THROW(make_tcp_store("", 1234, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 0, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 70000, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 1234, ""), InvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, TcpStoreTest, ::testing::Values("python", "in_process"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(TcpStoreServerTest, StoppingTheServerEndsBlockedRequests) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
+  auto store = make_tcp_store("127.0.0.1", server->port(), kSecret);
+  store->set("k", bytes_of("v"));
+  std::thread blocked([&] { EXPECT_THROW(store->get("never", milliseconds(3000)), Error); });
+  std::this_thread::sleep_for(milliseconds(100));
+  // The destructor neither waits for the client's timeout nor for its request.
+  const auto start = Clock::now();
+  server.reset();
+  EXPECT_LT(seconds_since(start), 1.0);
+  blocked.join();
+}
+
+TEST(TcpStoreServerTest, RefusesAnEmptySecret) {
+  EXPECT_THROW(TcpStoreServer("127.0.0.1", ""), InvalidArgument);
 }
 
 TEST(TcpStoreReconnectTest, ReconnectsWhenTheServerRestarts) {

@@ -362,17 +362,26 @@ void decode_anything(const Bytes& bytes) {
   } catch (const Internal& e) {
     EXPECT_NE(std::string(e.what()).find("malformed"), std::string::npos) << e.what();
   }
+  try {
+    Bytes again = encode(decode_failure_message(bytes));
+    EXPECT_EQ(again, bytes);  // the failure encoding has one form per message
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed"), std::string::npos) << e.what();
+  }
+  try {
+    control_kind(bytes);
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed"), std::string::npos) << e.what();
+  }
 }
 
 TEST(WireTest, RandomBuffersNeverCrash) {
   std::mt19937 rng(20240611);
-  const Bytes member_header = {0x48, 0x52, kWireVersion, 1};
-  const Bytes coordinator_header = {0x48, 0x52, kWireVersion, 2};
-  for (int i = 0; i < 3000; ++i) {
-    Bytes bytes;
+  const Bytes headers[] = {{}, {0x48, 0x52, kWireVersion, 1}, {0x48, 0x52, kWireVersion, 2},
+                           {0x48, 0x52, kWireVersion, 3}};
+  for (int i = 0; i < 4000; ++i) {
     // Most buffers start with a valid header so decoding gets past it.
-    if (i % 3 == 1) bytes = member_header;
-    if (i % 3 == 2) bytes = coordinator_header;
+    Bytes bytes = headers[i % 4];
     size_t n = rng() % 96;
     for (size_t k = 0; k < n; ++k) {
       // Small values make plausible counts and enum values.
@@ -386,10 +395,11 @@ TEST(WireTest, RandomBuffersNeverCrash) {
 TEST(WireTest, MutatedMessagesNeverCrash) {
   std::mt19937 rng(7);
   const Bytes originals[] = {encode(sample_member_message()), encode(sample_coordinator_message()),
-                             single_request_message()};
+                             single_request_message(),
+                             encode(FailureMessage{FailureMessage::Stage::kVerdict, {1, 30}, "rank 1 died"})};
   int decoded = 0;
-  for (int i = 0; i < 6000; ++i) {
-    Bytes bytes = originals[i % 3];
+  for (int i = 0; i < 8000; ++i) {
+    Bytes bytes = originals[i % 4];
     int edits = 1 + static_cast<int>(rng() % 4);
     for (int e = 0; e < edits && !bytes.empty(); ++e) {
       size_t at = rng() % bytes.size();
@@ -411,6 +421,76 @@ TEST(WireTest, MutatedMessagesNeverCrash) {
   }
   // Some bit flips (in a name, a scale factor) leave a valid message.
   EXPECT_GT(decoded, 0);
+}
+
+// ------------------------------------------------------- failure messages
+
+TEST(WireTest, FailureMessagesRoundTripInEveryStage) {
+  using Stage = FailureMessage::Stage;
+  for (Stage stage : {Stage::kProbe, Stage::kReport, Stage::kVerdict}) {
+    FailureMessage sent{stage, {0, 7, 123456}, "process set 2 [0, 7] is broken: global rank 7 left"};
+    Bytes bytes = encode(sent);
+    EXPECT_EQ(control_kind(bytes), ControlKind::kFailure);
+    FailureMessage got = decode_failure_message(bytes);
+    EXPECT_EQ(got.stage, stage);
+    EXPECT_EQ(got.missing, sent.missing);
+    EXPECT_EQ(got.reason, sent.reason);
+  }
+  FailureMessage empty = decode_failure_message(encode(FailureMessage{}));
+  EXPECT_TRUE(empty.missing.empty());
+  EXPECT_TRUE(empty.reason.empty());
+}
+
+TEST(WireTest, ControlKindNamesEveryMessageAndRefusesBadHeaders) {
+  EXPECT_EQ(control_kind(encode(MemberMessage{})), ControlKind::kMember);
+  EXPECT_EQ(control_kind(encode(CoordinatorMessage{})), ControlKind::kCoordinator);
+  EXPECT_EQ(control_kind(encode(FailureMessage{})), ControlKind::kFailure);
+  EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion}).find("truncated"), std::string::npos);
+  EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion, 4}).find("unknown message kind 4"),
+            std::string::npos);
+  EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion, 0}).find("kind"), std::string::npos);
+  // A version 1 peer (before failure messages existed) is refused by name.
+  std::string error = decode_error(control_kind, Bytes{0x48, 0x52, 1, 1});
+  EXPECT_NE(error.find("version"), std::string::npos) << error;
+  EXPECT_NE(error.find("got 1, expected 2"), std::string::npos) << error;
+}
+
+TEST(WireTest, MalformedFailureMessagesThrow) {
+  auto failure_error = [](const Bytes& bytes) { return decode_error(decode_failure_message, bytes); };
+  const Bytes good = encode(FailureMessage{FailureMessage::Stage::kReport, {3}, "why"});
+  // Layout: header(4) stage(1) missing_count(4) missing(4 each) reason_len(4) reason.
+  for (size_t n = 0; n < good.size(); ++n)
+    EXPECT_NE(failure_error(Bytes(good.begin(), good.begin() + n)).find("malformed"), std::string::npos) << n;
+  Bytes trailing = good;
+  trailing.push_back(1);
+  EXPECT_NE(failure_error(trailing).find("trailing"), std::string::npos);
+  for (uint8_t stage : {0, 4, 0xff}) {
+    Bytes bad_stage = good;
+    bad_stage[4] = stage;
+    EXPECT_NE(failure_error(bad_stage).find("failure stage"), std::string::npos) << int(stage);
+  }
+  Bytes negative = good;
+  put_u32(negative, 9, 0xfffffffe);
+  EXPECT_NE(failure_error(negative).find("negative rank -2"), std::string::npos);
+  Bytes huge_count = good;
+  put_u32(huge_count, 5, 0xffffffff);
+  EXPECT_NE(failure_error(huge_count).find("missing ranks"), std::string::npos);
+  Bytes huge_reason = good;
+  put_u32(huge_reason, 13, 0xffffffff);
+  EXPECT_NE(failure_error(huge_reason).find("too long"), std::string::npos);
+  // Each decoder refuses the others' kinds.
+  EXPECT_NE(failure_error(encode(MemberMessage{})).find("kind"), std::string::npos);
+  EXPECT_NE(member_error(good).find("kind"), std::string::npos);
+  EXPECT_NE(coordinator_error(good).find("kind"), std::string::npos);
+}
+
+TEST(WireTest, OverlongTextIsCutSoThatTheMessageStillDecodes) {
+  FailureMessage sent{FailureMessage::Stage::kVerdict, {1}, std::string(kMaxWireString + 100, 'x')};
+  EXPECT_EQ(decode_failure_message(encode(sent)).reason.size(), kMaxWireString);
+  CoordinatorMessage m;
+  m.responses.push_back(make_response(OpType::kAllreduce, {"x"}, {-1}, {0}));
+  m.responses.back().error = std::string(kMaxWireString * 2, 'e');
+  EXPECT_EQ(decode_coordinator_message(encode(m)).responses.at(0).error.size(), kMaxWireString);
 }
 
 }  // namespace

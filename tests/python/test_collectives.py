@@ -1,4 +1,5 @@
-"""The collectives and process-set lifecycle, on 4 ranks through horarun."""
+"""The collectives and process-set lifecycle on 4 ranks, under each backend:
+Gloo through horarun, MPI through horarun --mpi (mpirun)."""
 
 
 def test_every_collective_on_every_set(run_worker):
@@ -17,3 +18,9 @@ def test_errors_are_clear_and_never_hang(run_worker):
 
 def test_init_process_sets_get_ids_in_order(run_worker):
     assert run_worker("init_sets.py").stdout.count("done") == 4
+
+
+def test_creating_a_set_involves_only_its_members(run_worker, tmp_path):
+    result = run_worker("member_only.py", args=[str(tmp_path)])
+    assert result.stdout.count("pair created and used") == 2, result.stdout
+    assert result.stdout.count("own set done") == 2, result.stdout

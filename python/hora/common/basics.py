@@ -1,8 +1,10 @@
 """Lifecycle and topology: init, shutdown, rank and size queries."""
 
 import atexit
+import sys
 
 from hora import _core
+from hora.common import mpi as _mpi
 from hora.common import process_sets as _process_sets
 
 
@@ -11,11 +13,16 @@ def init(comm=None, process_sets=None):
 
     ``process_sets`` is a list of ``ProcessSet`` objects (or the string
     ``"dynamic"``, accepted for Horovod compatibility): they get ids 1..k in
-    that order, and only their members connect them. ``comm`` selects an MPI
-    communicator and needs the MPI backend, which this build does not have.
+    that order, and only their members connect them. Sets made from mpi4py
+    communicators may differ between ranks (a ``Split``): the distinct sets
+    are numbered in order of position, then of rank, as Horovod does.
+
+    ``comm`` makes the job's world an mpi4py communicator, or a list of ranks
+    of MPI_COMM_WORLD (only those ranks call init); hora's ranks are then
+    ranks in it. The backend is chosen by HORA_BACKEND (``gloo`` or ``mpi``;
+    Horovod's HOROVOD_CPU_OPERATIONS and HOROVOD_CONTROLLER also work),
+    by default MPI under mpirun or srun and Gloo under horarun.
     """
-    if comm is not None:
-        raise NotImplementedError("init(comm=...) needs the MPI backend, which this build of hora does not include")
     if process_sets is None or process_sets == "dynamic":
         process_sets = []
     sets = list(process_sets)
@@ -24,14 +31,63 @@ def init(comm=None, process_sets=None):
             raise ValueError(f"process_sets must hold ProcessSet objects, got {type(ps).__name__}")
     if _core.is_initialized():
         return
-    _core.init([ps.ranks for ps in sets])
-    _process_sets._on_init(sets)
+    mpi_communicator, world_ranks = _mpi.world_arguments(comm)
+    _mpi.on_init(comm)
+    try:
+        if any(ps.mpi_comm is not None for ps in sets):
+            for ps in sets:
+                if ps.mpi_comm is not None:
+                    ps.ranks = _mpi.communicator_ranks(ps.mpi_comm)
+            initial, ids = _mpi.agree_initial_sets([ps.ranks for ps in sets])
+        else:
+            initial, ids = [ps.ranks for ps in sets], list(range(1, len(sets) + 1))
+        _core.init(initial, mpi_communicator, world_ranks)
+    except BaseException:
+        _mpi.on_shutdown()
+        raise
+    _register_shutdown_at_exit()
+    _abort_mpi_job_on_uncaught_exceptions()
+    _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
+
+
+_shutdown_registered = False
+_original_excepthook = None
+
+
+def _register_shutdown_at_exit():
+    # Registered at the first init, after mpi4py's own exit handler if the
+    # program imported mpi4py first: exit handlers run last-in first-out, so
+    # hora stops its process sets before mpi4py finalizes MPI.
+    global _shutdown_registered
+    if not _shutdown_registered:
+        atexit.register(shutdown)
+        _shutdown_registered = True
+
+
+def _abort_mpi_job_on_uncaught_exceptions():
+    # Under MPI a rank that dies of an exception would otherwise wait at
+    # exit in MPI_Finalize for peers that wait for it: end the whole job, as
+    # mpirun does for a rank that exits with an error. (Nothing happens when
+    # MPI is not in use.)
+    global _original_excepthook
+    if _original_excepthook is not None:
+        return
+    _original_excepthook = sys.excepthook
+
+    def hook(kind, value, traceback):
+        _original_excepthook(kind, value, traceback)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _core.mpi_abort(1)
+
+    sys.excepthook = hook
 
 
 def shutdown():
     """Stops every process set of this process. Pending ops fail."""
     _core.shutdown()
     _process_sets._on_shutdown()
+    _mpi.on_shutdown()
 
 
 def is_initialized():
@@ -63,11 +119,13 @@ def cross_rank():
 
 
 def mpi_built():
-    return False
+    """Whether this build of hora has the MPI backend."""
+    return _core.mpi_built()
 
 
 def mpi_enabled():
-    return False
+    """Whether hora runs on the MPI backend (False before init)."""
+    return _core.is_initialized() and _core.backend() == "mpi"
 
 
 def gloo_built():
@@ -75,7 +133,8 @@ def gloo_built():
 
 
 def gloo_enabled():
-    return _core.is_initialized()
+    """Whether hora runs on the Gloo backend (False before init)."""
+    return _core.is_initialized() and _core.backend() == "gloo"
 
 
 def nccl_built():
@@ -83,7 +142,9 @@ def nccl_built():
 
 
 def mpi_threads_supported():
-    return False
-
-
-atexit.register(shutdown)
+    """Whether MPI runs with MPI_THREAD_MULTIPLE in this process, so that the
+    program may call MPI (mpi4py) alongside hora. False when hora does not
+    use MPI. Raises ValueError before init."""
+    if not _core.is_initialized():
+        raise ValueError("hora has not been initialized; call hvd.init() first")
+    return _core.mpi_threads_supported()

@@ -1,6 +1,8 @@
 """Op submission shared by the front ends: reduction constants, handles,
 poll and synchronize."""
 
+import numbers
+import operator
 import warnings
 
 import numpy as np
@@ -95,11 +97,42 @@ class GroupHandle:
         return [h.wait() for h in self._handles]
 
 
+def _integer(value, what):
+    """``value`` as an int; ValueError for anything that is not an integer
+    (a float, a string, a bool counts as one only when it is an int)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+
+
+def _number(value, what):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        raise ValueError(f"{what} must be a real number, got {value!r}")
+    return float(value)
+
+
+def split_list(splits):
+    """``splits`` (None, or a 1-D sequence or array of integers) as a list."""
+    if splits is None:
+        return []
+    shape = np.shape(splits)
+    if len(shape) != 1:
+        raise ValueError(f"splits must be a 1-D sequence of integers, got shape {shape}")
+    return [_integer(s, "each entry of splits") for s in splits]
+
+
 def submit(op, array, output, name, process_set, finish, reduce_op=Sum, root=0, prescale=1.0, postscale=1.0,
            splits=()):
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name must be a string or None, got {type(name).__name__}")
+    root = _integer(root, "root_rank")
+    prescale = _number(prescale, "prescale_factor")
+    postscale = _number(postscale, "postscale_factor")
+    splits = [_integer(s, "each entry of splits") for s in splits]
     set_id = _process_sets.resolve(process_set)
-    work = _core.enqueue(set_id, op, name or "", array, output, _CORE_REDUCE.get(reduce_op, 0), int(root),
-                         float(prescale), float(postscale), [int(s) for s in splits])
+    work = _core.enqueue(set_id, op, name or "", array, output, _CORE_REDUCE.get(reduce_op, 0), root,
+                         prescale, postscale, splits)
     return Handle(work, (array, output), finish)
 
 

@@ -9,13 +9,16 @@ import importlib
 import operator
 
 from hora import _core
+from hora.common import mpi as _mpi
 
 
 class ProcessSet:
     """A set of ranks that run collective operations together.
 
     ``ProcessSet(ranks)`` takes any iterable of integer ranks (a list, a
-    ``range``, NumPy integers). Pass it to ``init(process_sets=...)`` or
+    ``range``, NumPy integers), or an mpi4py communicator, whose members form
+    the set (``mpi_comm`` keeps it; its ranks are known once hora is
+    initialized). Pass it to ``init(process_sets=...)`` or
     ``add_process_set``, or just use it: its members register it on first use.
     """
 
@@ -24,6 +27,12 @@ class ProcessSet:
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
+        self._removed_id = None
+        if _mpi.is_communicator(ranks_or_comm):
+            self.mpi_comm = ranks_or_comm
+            if _core.is_initialized():
+                self.ranks = _mpi.communicator_ranks(ranks_or_comm)
+            return
         try:
             ranks = [operator.index(r) for r in ranks_or_comm]
         except TypeError:
@@ -37,7 +46,6 @@ class ProcessSet:
             dup = next(r for r in ranks if ranks.count(r) > 1)
             raise ValueError(f"rank {dup} appears more than once in process set {sorted(ranks)}")
         self.ranks = sorted(ranks)
-        self._removed_id = None
 
     def size(self):
         """Number of ranks in the set."""
@@ -98,12 +106,20 @@ def _frontend_for(tensor):
     return importlib.import_module("hora.numpy")
 
 
-def _on_init(initial_sets):
+def _on_init(initial_sets, ids, world_comm=None):
+    """``initial_sets[i]`` got id ``ids[i]`` (0: it is the global set)."""
     global_process_set.ranks = list(range(_core.size()))
-    for index, ps in enumerate(initial_sets, start=1):
-        ps.process_set_id = index
+    global_process_set.mpi_comm = world_comm
+    for ps, set_id in zip(initial_sets, ids):
+        ps.process_set_id = set_id
         ps._removed_id = None
-        _by_id[index] = ps
+        _by_id.setdefault(set_id, ps)
+    # Initial sets that this rank did not pass (another part of a Split).
+    for set_id in _core.process_set_ids():
+        if set_id not in _by_id:
+            ps = ProcessSet(_core.process_set(set_id)[1])
+            ps.process_set_id = set_id
+            _by_id[set_id] = ps
 
 
 def _on_shutdown():
@@ -112,6 +128,7 @@ def _on_shutdown():
             ps.process_set_id = None
     _by_id.clear()
     _by_id[0] = global_process_set
+    global_process_set.mpi_comm = None
 
 
 def _register(ps):
@@ -135,9 +152,16 @@ def resolve(process_set):
         raise ValueError(f"process set {process_set._removed_id} has been removed; create a new ProcessSet")
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
+    _resolve_communicator(process_set)
     if not process_set.included():
         raise ValueError(f"rank {_core.rank()} is not a member of process set {process_set.ranks}")
     return _register(process_set).process_set_id
+
+
+def _resolve_communicator(process_set):
+    """Fills in the ranks of a set made from a communicator before init."""
+    if process_set.ranks is None and process_set.mpi_comm is not None:
+        process_set.ranks = _mpi.communicator_ranks(process_set.mpi_comm)
 
 
 def add_process_set(process_set):
@@ -153,6 +177,7 @@ def add_process_set(process_set):
         raise ValueError(f"{process_set} is already registered")
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
+    _resolve_communicator(process_set)
     return _register(process_set)
 
 
@@ -174,6 +199,18 @@ def remove_process_set(process_set):
         if isinstance(obj, ProcessSet):
             obj.invalidate()
     return removed
+
+
+def comm_process_set_id(comm):
+    """The id of the registered set whose members are those of mpi4py
+    communicator ``comm`` (0 for the whole job); ValueError if none is."""
+    ranks = _mpi.communicator_ranks(comm)
+    if ranks == global_process_set.ranks:
+        return 0
+    for set_id, ps in sorted(_by_id.items()):
+        if ps.ranks == ranks:
+            return set_id
+    raise ValueError(f"no registered process set has the ranks {ranks} of this communicator")
 
 
 def process_set_by_id(process_set_id):

@@ -40,6 +40,7 @@ from hora.common.ops import (  # noqa: F401
 from hora.common.process_sets import (  # noqa: F401
     ProcessSet,
     add_process_set,
+    comm_process_set_id,
     global_process_set,
     process_set_by_id,
     process_sets,

@@ -99,7 +99,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     array = _array(tensor)
-    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
+    split_list = _ops.split_list(splits)
 
     def finish(work):
         return _ops.output_of(work, array.dtype), np.asarray(work.received_splits(), dtype=np.int64)

@@ -2,10 +2,14 @@
 
     horarun -np 4 python train.py
     horarun -np 8 -H a:4,b:4 python train.py
+    horarun --mpi -np 4 python train.py      # through mpirun (see mpi_run.py)
 
 One rendezvous server runs inside horarun for the job's lifetime. Every output
 line of a rank is prefixed with '[rank]:'. When a rank fails, the others are
-stopped and horarun exits with the failing rank's status.
+stopped and horarun exits with the failing rank's status. With --keep-going
+the others run on (a failed rank breaks only the process sets that contain
+it); horarun then reports every rank's exit status and exits with the first
+failing rank's.
 """
 
 import argparse
@@ -22,6 +26,7 @@ import time
 
 from hora.runner import env as rank_env
 from hora.runner import hosts as host_list
+from hora.runner import mpi_run
 from hora.runner.rendezvous import RendezvousServer
 
 # Seconds between SIGTERM and SIGKILL when horarun stops ranks.
@@ -44,6 +49,13 @@ def parse_args(argv):
     parser.add_argument("--rendezvous-addr",
                         help="address remote ranks use to reach this machine (default: "
                              "the address that routes to the first remote host)")
+    parser.add_argument("--mpi", action="store_true",
+                        help="run the job through mpirun (the MPI backend by default) instead of "
+                             "starting the ranks here")
+    parser.add_argument("--mpi-args", help="extra mpirun arguments, as one string (with --mpi)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="when a rank fails, let the others finish instead of stopping them; "
+                             "report every rank's exit status at the end")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
@@ -54,6 +66,8 @@ def parse_args(argv):
         parser.error("no command to run")
     if args.num_proc <= 0:
         parser.error(f"-np must be at least 1, got {args.num_proc}")
+    if args.keep_going and getattr(args, "mpi", False):
+        parser.error("--keep-going needs horarun's own launcher; mpirun stops the job at the first failure")
     if args.hosts and args.hostfile:
         parser.error("give either -H or --hostfile, not both")
     if args.start_timeout <= 0:
@@ -246,6 +260,7 @@ class Job:
     def _supervise(self):
         running = len(self.ranks)
         failure = None
+        statuses = {}
         while running:
             try:
                 rank, code = self.exits.get(timeout=0.2)
@@ -254,20 +269,27 @@ class Job:
                     self._stop_ranks(signal.SIGKILL)
                 continue
             running -= 1
+            statuses[rank.rank] = code
             if self.args.verbose:
                 print(f"horarun: rank {rank.rank} {describe_exit(code)}",
                       file=sys.stderr, flush=True)
             if code != 0 and failure is None and self.received_signal is None:
                 failure = (rank.rank, code)
-                self._begin_stopping(signal.SIGTERM)
+                if not self.args.keep_going:
+                    self._begin_stopping(signal.SIGTERM)
         for rank in self.ranks:
             rank.join_output(timeout=2.0)
         if self.received_signal is not None:
             print(f"horarun: stopped by signal {self.received_signal}", file=sys.stderr, flush=True)
             return 128 + self.received_signal
-        if failure is not None:
+        if self.args.keep_going:
+            for rank in sorted(statuses):
+                print(f"horarun: rank {rank} {describe_exit(statuses[rank])}", file=sys.stderr, flush=True)
+        elif failure is not None:
             rank, code = failure
             print(f"horarun: rank {rank} {describe_exit(code)}", file=sys.stderr, flush=True)
+        if failure is not None:
+            code = failure[1]
             return code if code > 0 else 128 - code
         return 0
 
@@ -293,6 +315,8 @@ class Job:
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.mpi:
+        return mpi_run.run(args)
     job = Job(args)
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "hora/errors.h"
+#include "store/cancellable_wait.h"
 
 namespace hora::gloo_transport {
 namespace {
@@ -42,7 +43,8 @@ ControlChannel::ControlChannel(const std::vector<int>& global_ranks, int rank,
 std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& global_ranks,
                                                         int rank, const std::string& set_name,
                                                         const std::string& hostname, Store& store,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::atomic<bool>& cancelled) {
   std::unique_ptr<ControlChannel> channel(new ControlChannel(global_ranks, rank, set_name));
   const auto deadline = Clock::now() + timeout;
   if (global_ranks.size() == 1) return channel;
@@ -50,9 +52,9 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
     std::string address;
     UniqueFd listener = listen_on(hostname, &address);
     store.set(kAddressKey, std::vector<uint8_t>(address.begin(), address.end()));
-    channel->accept_members(listener.get(), deadline, timeout);
+    channel->accept_members(listener.get(), deadline, timeout, cancelled);
   } else {
-    channel->join_coordinator(store, deadline, timeout);
+    channel->join_coordinator(store, deadline, timeout, cancelled);
   }
   return channel;
 }
@@ -66,10 +68,13 @@ ControlChannel::~ControlChannel() {
 // Accepts one connection per other member. A connection whose hello is
 // missing or wrong is dropped, so a stray client cannot take a member's place.
 void ControlChannel::accept_members(int listen_fd, Clock::time_point deadline,
-                                    std::chrono::milliseconds timeout) {
+                                    std::chrono::milliseconds timeout,
+                                    const std::atomic<bool>& cancelled) {
   size_t joined = 0;
   while (joined + 1 < global_ranks_.size()) {
-    UniqueFd fd = accept_before(listen_fd, deadline);
+    if (cancelled) throw InvalidArgument(set_name_ + ": connecting the control plane was cancelled");
+    UniqueFd fd = accept_before(listen_fd, std::min(deadline, Clock::now() + BackendFactory::kCancelPoll));
+    if (fd.get() < 0 && Clock::now() < deadline) continue;
     if (fd.get() < 0) {
       std::string missing;
       for (size_t r = 1; r < links_.size(); ++r) {
@@ -90,10 +95,12 @@ void ControlChannel::accept_members(int listen_fd, Clock::time_point deadline,
 }
 
 void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout,
+                                      const std::atomic<bool>& cancelled) {
   std::vector<uint8_t> value;
   try {
-    value = store.get(kAddressKey, timeout);
+    value = get_unless_cancelled(store, kAddressKey, timeout, cancelled, BackendFactory::kCancelPoll,
+                                 set_name_ + ": connecting the control plane");
   } catch (const Timeout& e) {
     throw Timeout(set_name_ + ": global rank " + std::to_string(global_ranks_[0]) +
                   " did not publish its control address: " + e.what());
@@ -153,7 +160,7 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
     if (auto message = pop_frame()) return message;
     fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
     for (auto& link : links_) {
-      if (link) fds.push_back(pollfd{link->fd.get(), POLLIN, 0});
+      if (link && !link->closed) fds.push_back(pollfd{link->fd.get(), POLLIN, 0});
     }
     const int rc = poll(fds.data(), fds.size(), poll_timeout_ms(deadline));
     if (rc < 0) {
@@ -162,7 +169,7 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
     }
     size_t i = 1;
     for (auto& link : links_) {
-      if (link && fds[i++].revents != 0) drain(*link);
+      if (link && !link->closed && fds[i++].revents != 0) drain(*link);
     }
     if (auto message = pop_frame()) return message;
     if (fds[0].revents & POLLIN) {
@@ -199,10 +206,11 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (buf.size() >= 4) {
       const size_t length = get_u32(buf.data());
       if (length > kMaxFrameBytes) {
+        // A peer that breaks the framing is treated as gone.
+        shutdown(link->fd.get(), SHUT_RDWR);
+        buf.clear();
         link->closed = true;
-        throw PeerFailure(set_name_ + ": malformed control frame from " + peer_name(link->rank));
-      }
-      if (buf.size() >= 4 + length) {
+      } else if (buf.size() >= 4 + length) {
         ControlMessage message{link->rank, std::vector<uint8_t>(buf.begin() + 4,
                                                                 buf.begin() + 4 + length)};
         buf.erase(buf.begin(), buf.begin() + 4 + length);
@@ -210,9 +218,10 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
         return message;
       }
     }
-    if (link->closed) {
-      throw PeerFailure(set_name_ + ": control connection to " + peer_name(link->rank) +
-                        " closed");
+    if (link->closed && !link->closure_reported) {
+      link->closure_reported = true;
+      next_link_ = index + 1;
+      return ControlMessage{link->rank, {}, true};
     }
   }
   return std::nullopt;

@@ -2,6 +2,7 @@
 // connections.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -22,16 +23,20 @@ namespace hora::gloo_transport {
 // "host:port" in the set's store; every other member connects and
 // introduces itself with its set rank. send() may be called from any thread
 // (one mutex per connection); receive() only from the engine thread, which
-// blocks in poll(2) on every connection plus an eventfd that wake() signals.
-// The destructor closes every connection, which peers see as PeerFailure.
+// blocks in poll(2) on every open connection plus an eventfd that wake()
+// signals. A connection that closes (or sends a malformed frame) is
+// reported once by receive(), as Backend::receive_control describes. The
+// destructor closes every connection.
 class ControlChannel {
  public:
-  // Blocks until the star is connected or `timeout` passes (Timeout naming
-  // the missing global ranks). `set_name` prefixes error messages.
+  // Blocks until the star is connected, `timeout` passes (Timeout naming
+  // the missing global ranks) or `cancelled` is set (InvalidArgument, within
+  // about BackendFactory::kCancelPoll). `set_name` prefixes error messages.
   static std::unique_ptr<ControlChannel> connect(const std::vector<int>& global_ranks, int rank,
                                                  const std::string& set_name,
                                                  const std::string& hostname, Store& store,
-                                                 std::chrono::milliseconds timeout);
+                                                 std::chrono::milliseconds timeout,
+                                                 const std::atomic<bool>& cancelled);
   ~ControlChannel();
 
   void send(int to, const std::vector<uint8_t>& bytes);
@@ -46,14 +51,17 @@ class ControlChannel {
     std::mutex send_mutex;          // serialises writers of whole frames
     std::vector<uint8_t> received;  // bytes read but not yet returned
     bool closed = false;            // EOF or error seen (engine thread only)
+    bool closure_reported = false;  // receive() has returned the closure
   };
 
   ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name);
-  void accept_members(int listen_fd, Clock::time_point deadline, std::chrono::milliseconds timeout);
-  void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout);
+  void accept_members(int listen_fd, Clock::time_point deadline, std::chrono::milliseconds timeout,
+                      const std::atomic<bool>& cancelled);
+  void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout,
+                        const std::atomic<bool>& cancelled);
   void add_link(int rank, UniqueFd fd, std::chrono::milliseconds timeout);
-  // A complete frame from some link (round robin), nullopt if none; throws
-  // PeerFailure for a closed link whose frames have all been returned.
+  // A complete frame from some link (round robin), or the closure of a
+  // link whose frames have all been returned; nullopt if neither.
   std::optional<ControlMessage> pop_frame();
   // Reads everything the socket has now.
   void drain(Link& link);

@@ -8,7 +8,14 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/context.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -58,6 +65,60 @@ std::vector<int64_t> as_counts(const std::vector<size_t>& bytes) {
 
 void copy_bytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memmove(to, from, bytes);
+}
+
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+  }
+  return false;
+}
+
+// Shuts down (shutdown(2), both directions) this process's connected
+// sockets whose local address is that of one of `context`'s connections.
+// Gloo's device thread then sees each connection end and fails the
+// operations waiting on it, as when a peer dies, and the peers see the
+// same. Gloo offers no public call that fails a pending operation from
+// another thread; the sockets are found through /proc/self/fd because Gloo
+// does not expose them either.
+void shut_down_connections(::gloo::Context& context) {
+  std::vector<sockaddr_storage> locals;
+  for (int peer = 0; peer < context.size; ++peer) {
+    if (peer == context.rank) continue;
+    auto& pair = context.getPair(peer);
+    if (!pair) continue;
+    if (auto* address = dynamic_cast<const ::gloo::transport::tcp::Address*>(&pair->address()))
+      locals.push_back(address->getSockaddr());
+  }
+  if (locals.empty()) return;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    struct stat info {};
+    if (fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
+    sockaddr_storage local{}, remote{};
+    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) continue;
+    for (const sockaddr_storage& mine : locals) {
+      if (same_endpoint(local, mine)) {
+        shutdown(static_cast<int>(fd), SHUT_RDWR);
+        break;
+      }
+    }
+  }
+  closedir(dir);
 }
 
 }  // namespace
@@ -110,8 +171,20 @@ GlooBackend::~GlooBackend() {
   }
 }
 
+void GlooBackend::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (aborted_) return;
+  abort_reason_ = reason;
+  aborted_ = true;
+  shut_down_connections(*context_);
+}
+
 template <typename Collective>
 void GlooBackend::run(const char* name, Collective&& collective) {
+  if (aborted_) {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    throw PeerFailure(set_name_ + ": " + name + " on an aborted set: " + abort_reason_);
+  }
   if (!broken_.empty()) {
     throw PeerFailure(set_name_ + ": " + name + " on a set broken by an earlier failure: " +
                       broken_);

@@ -1,8 +1,10 @@
 // The communicator of one process set over Gloo's TCP transport.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,7 +29,9 @@ std::string describe_set(const std::vector<int>& global_ranks);
 // of its own (so sets never share Gloo connections or slots), control plane
 // on a ControlChannel. Threading is as Backend states. A data-plane failure
 // breaks the backend: Gloo closes the context's connections on a timeout,
-// so every later collective fails fast with PeerFailure.
+// so every later collective fails fast with PeerFailure. abort() does the
+// same from any thread, the way Gloo's own timeout does: it fails every
+// pending operation of the context and closes its connections.
 class GlooBackend final : public Backend {
  public:
   // `set_store` serves only to name failed peers (see connection_names.h).
@@ -49,6 +53,7 @@ class GlooBackend final : public Backend {
   void send_control(int to, const std::vector<uint8_t>& bytes) override;
   std::optional<ControlMessage> receive_control(Clock::time_point deadline) override;
   void wake() override;
+  void abort(const std::string& reason) override;
 
  private:
   // Runs one Gloo collective, translating its errors and breaking the
@@ -67,6 +72,9 @@ class GlooBackend final : public Backend {
   std::unique_ptr<ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
+  std::mutex abort_mutex_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;  // guarded by abort_mutex_
 };
 
 }  // namespace hora::gloo_transport

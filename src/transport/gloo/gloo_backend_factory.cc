@@ -63,9 +63,10 @@ class GlooBackendFactory final : public BackendFactory {
 
   std::string name() const override { return "gloo"; }
 
+  using BackendFactory::create;
   std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
-                                  std::shared_ptr<Store> set_store,
-                                  std::chrono::milliseconds timeout) override {
+                                  std::shared_ptr<Store> set_store, std::chrono::milliseconds timeout,
+                                  const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("gloo backend: the set store is null");
     const std::string set_name = gloo_transport::describe_set(global_ranks);
@@ -73,16 +74,22 @@ class GlooBackendFactory final : public BackendFactory {
         rank, static_cast<int>(global_ranks.size()));
     context->setTimeout(timeout);
     try {
-      gloo_transport::GlooStoreAdapter store(make_prefix_store(gloo_transport::kGlooKeyPrefix, set_store), timeout);
+      gloo_transport::GlooStoreAdapter store(make_prefix_store(gloo_transport::kGlooKeyPrefix, set_store),
+                                             timeout, cancelled);
       context->connectFullMesh(store, device_);
       gloo_transport::publish_connection_addresses(*set_store, *context);
     } catch (...) {
       gloo_transport::rethrow_as_hora_error(set_name + ": connecting gloo");
     }
-    auto control =
-        ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout);
-    return std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store),
-                                         std::move(context), std::move(control), timeout);
+    auto control = ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout,
+                                           cancelled);
+    auto backend = std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store),
+                                                 std::move(context), std::move(control), timeout);
+    // Nobody returns before every member has finished connecting: a member
+    // that left right after its own connectFullMesh would otherwise break
+    // the connection step of a slower one.
+    backend->barrier();
+    return backend;
   }
 
  private:

@@ -11,6 +11,7 @@
 
 #include "core/reduce.h"
 #include "hora/errors.h"
+#include "store/cancellable_wait.h"
 #include "transport/backend.h"
 #include "transport/local/local_rendezvous.h"
 
@@ -75,7 +76,7 @@ uint64_t decode_id(const std::vector<uint8_t>& value) {
 // this member is the round's first. Members of one round share a ticket
 // block from a counter in the set's store.
 std::shared_ptr<LocalRendezvous> join(Store& store, const std::vector<int>& global_ranks,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) {
   const int64_t size = static_cast<int64_t>(global_ranks.size());
   const int64_t ticket = store.add("local/join", 1) - 1;
   const std::string key = "local/rendezvous/" + std::to_string(ticket / size);
@@ -84,7 +85,8 @@ std::shared_ptr<LocalRendezvous> join(Store& store, const std::vector<int>& glob
     store.set(key, encode_id(RendezvousRegistry::instance().add(rendezvous)));
     return rendezvous;
   }
-  auto rendezvous = RendezvousRegistry::instance().find(decode_id(store.get(key, timeout)));
+  auto rendezvous = RendezvousRegistry::instance().find(decode_id(
+      get_unless_cancelled(store, key, timeout, cancelled, BackendFactory::kCancelPoll, "local backend")));
   if (!rendezvous) {
     throw Timeout("local backend: the other members of the process set gave up waiting");
   }
@@ -192,6 +194,8 @@ class LocalBackend final : public Backend {
 
   void wake() override { rendezvous_->wake(rank_); }
 
+  void abort(const std::string& reason) override { rendezvous_->abort(reason); }
+
  private:
   // Publishes this member's post, runs `read` over every member's posts,
   // then waits until all members have read; `read`'s error is rethrown only
@@ -236,14 +240,15 @@ class LocalBackendFactory final : public BackendFactory {
  public:
   std::string name() const override { return "local"; }
 
+  using BackendFactory::create;
   std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
-                                  std::shared_ptr<Store> set_store,
-                                  std::chrono::milliseconds timeout) override {
+                                  std::shared_ptr<Store> set_store, std::chrono::milliseconds timeout,
+                                  const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("local backend: the set store is null");
     const auto deadline = Clock::now() + timeout;
-    auto rendezvous = join(*set_store, global_ranks, timeout);
-    rendezvous->attach(rank, deadline);
+    auto rendezvous = join(*set_store, global_ranks, timeout, cancelled);
+    rendezvous->attach(rank, deadline, cancelled);
     return std::make_unique<LocalBackend>(std::move(rendezvous), rank, timeout);
   }
 };

@@ -25,15 +25,26 @@ LocalRendezvous::LocalRendezvous(std::vector<int> global_ranks)
       posts_(global_ranks_.size()),
       inbox_changed_(global_ranks_.size()),
       inboxes_(global_ranks_.size()),
-      woken_(global_ranks_.size(), false) {}
+      woken_(global_ranks_.size(), false),
+      departure_reported_(global_ranks_.size() * global_ranks_.size(), false) {}
 
 std::string LocalRendezvous::describe() const {
   return "local process set " + format_ranks(global_ranks_);
 }
 
-void LocalRendezvous::attach(int rank, Clock::time_point deadline) {
+void LocalRendezvous::attach(int rank, Clock::time_point deadline, const std::atomic<bool>& cancelled) {
   std::unique_lock<std::mutex> lock(mutex_);
-  arrive_locked(lock, rank, deadline);
+  arrive_locked(lock, rank, deadline, &cancelled);
+}
+
+void LocalRendezvous::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_) return;
+    broken_ = true;
+    broken_reason_ = describe() + ": aborted: " + reason;
+  }
+  phase_done_.notify_all();
 }
 
 void LocalRendezvous::detach(int rank) noexcept {
@@ -67,7 +78,7 @@ void LocalRendezvous::arrive(int rank, Clock::time_point deadline) {
 // wakes the others; a waiter gives up when the deadline passes or a member
 // it waits for has departed.
 void LocalRendezvous::arrive_locked(std::unique_lock<std::mutex>& lock, int rank,
-                                    Clock::time_point deadline) {
+                                    Clock::time_point deadline, const std::atomic<bool>* cancelled) {
   throw_if_broken_locked();
   const uint64_t my_phase = phase_;
   arrived_[rank] = true;
@@ -85,7 +96,17 @@ void LocalRendezvous::arrive_locked(std::unique_lock<std::mutex>& lock, int rank
       if (!arrived_[r] && departed_[r]) gone.push_back(global_ranks_[r]);
     }
     if (!gone.empty()) break_locked(false, "global rank(s) " + format_ranks(gone) + " left");
-    if (phase_done_.wait_until(lock, deadline) == std::cv_status::timeout && phase_ == my_phase) {
+    if (cancelled && *cancelled) {
+      arrived_[rank] = false;
+      --arrived_count_;
+      departed_[rank] = true;
+      phase_done_.notify_all();
+      throw InvalidArgument(describe() + ": connecting was cancelled");
+    }
+    // A cancellable wait wakes now and then to look at the flag.
+    const auto wake_at = cancelled ? std::min(deadline, Clock::now() + std::chrono::milliseconds(50)) : deadline;
+    if (phase_done_.wait_until(lock, wake_at) == std::cv_status::timeout && phase_ == my_phase &&
+        Clock::now() >= deadline) {
       break_locked(true, "timed out waiting for global rank(s) " + format_ranks(missing_locked()));
     }
   }
@@ -111,10 +132,10 @@ void LocalRendezvous::break_locked(bool timed_out, const std::string& why) {
   throw PeerFailure(broken_reason_);
 }
 
-int LocalRendezvous::departed_control_peer_locked(int rank) const {
+int LocalRendezvous::unreported_departure_locked(int rank) const {
   for (int r = 0; r < size(); ++r) {
     const bool is_peer = rank == 0 ? r != 0 : r == 0;
-    if (is_peer && departed_[r]) return global_ranks_[r];
+    if (is_peer && departed_[r] && !departure_reported_[rank * size() + r]) return r;
   }
   return -1;
 }
@@ -140,7 +161,7 @@ std::optional<ControlMessage> LocalRendezvous::receive_control(int rank,
   std::unique_lock<std::mutex> lock(mutex_);
   auto& inbox = inboxes_[rank];
   inbox_changed_[rank].wait_until(lock, deadline, [&] {
-    return !inbox.empty() || woken_[rank] || departed_control_peer_locked(rank) >= 0;
+    return !inbox.empty() || woken_[rank] || unreported_departure_locked(rank) >= 0;
   });
   if (!inbox.empty()) {
     ControlMessage message = std::move(inbox.front());
@@ -151,9 +172,9 @@ std::optional<ControlMessage> LocalRendezvous::receive_control(int rank,
     woken_[rank] = false;
     return std::nullopt;
   }
-  if (const int gone = departed_control_peer_locked(rank); gone >= 0) {
-    throw PeerFailure(describe() + ": control connection to global rank " + std::to_string(gone) +
-                      " closed");
+  if (const int gone = unreported_departure_locked(rank); gone >= 0) {
+    departure_reported_[rank * size() + gone] = true;
+    return ControlMessage{gone, {}, true};
   }
   return std::nullopt;
 }

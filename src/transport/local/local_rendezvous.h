@@ -1,6 +1,7 @@
 // Shared state of one process set whose members are threads of this process.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,8 +31,8 @@ struct Post {
 // so no buffer is reused while a peer still reads it. Both phases block on a
 // condition variable with a generation counter. The control plane is one
 // inbox per member. Every member's LocalBackend holds a shared_ptr; all
-// methods are thread-safe. A timeout or a departed member breaks the set:
-// every later call throws PeerFailure.
+// methods are thread-safe. A timeout, a departed member or abort() breaks
+// the data plane: every later collective throws PeerFailure.
 class LocalRendezvous {
  public:
   using Clock = std::chrono::steady_clock;
@@ -41,8 +42,10 @@ class LocalRendezvous {
   int size() const { return static_cast<int>(global_ranks_.size()); }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
 
-  // Blocks until every member has attached (backend creation).
-  void attach(int rank, Clock::time_point deadline);
+  // Blocks until every member has attached (backend creation), the
+  // deadline passes (Timeout) or `cancelled` is set (InvalidArgument; this
+  // member then counts as departed).
+  void attach(int rank, Clock::time_point deadline, const std::atomic<bool>& cancelled);
   // Marks `rank` as gone: peers waiting on it fail with PeerFailure.
   void detach(int rank) noexcept;
 
@@ -52,19 +55,24 @@ class LocalRendezvous {
   void release(int rank, Clock::time_point deadline);
   // A barrier without data.
   void arrive(int rank, Clock::time_point deadline);
+  // Breaks the data plane for every member: collectives in progress and
+  // later ones throw PeerFailure naming `reason`.
+  void abort(const std::string& reason);
 
   void send_control(int from, int to, std::vector<uint8_t> bytes);
   std::optional<ControlMessage> receive_control(int rank, Clock::time_point deadline);
   void wake(int rank);
 
  private:
-  void arrive_locked(std::unique_lock<std::mutex>& lock, int rank, Clock::time_point deadline);
+  void arrive_locked(std::unique_lock<std::mutex>& lock, int rank, Clock::time_point deadline,
+                     const std::atomic<bool>* cancelled = nullptr);
   void throw_if_broken_locked() const;
   [[noreturn]] void break_locked(bool timed_out, const std::string& why);
   // Global ranks of members that have not arrived in the current phase.
   std::vector<int> missing_locked() const;
-  // A departed member that `rank`'s control plane talks to, or -1.
-  int departed_control_peer_locked(int rank) const;
+  // A departed member that `rank`'s control plane talks to and whose
+  // departure `rank` has not been told of, as a set rank, or -1.
+  int unreported_departure_locked(int rank) const;
   std::string describe() const;
 
   const std::vector<int> global_ranks_;
@@ -81,6 +89,8 @@ class LocalRendezvous {
   std::vector<std::condition_variable> inbox_changed_;
   std::vector<std::deque<ControlMessage>> inboxes_;
   std::vector<bool> woken_;
+  // departure_reported_[receiver * size + departed]
+  std::vector<bool> departure_reported_;
 };
 
 }  // namespace hora::local

@@ -1,7 +1,11 @@
 """hora.torch's collectives, gradients, optimizer, functions and join: worker
 parts on 4 ranks through horarun."""
 
+import pytest
 from helpers import run_torch_worker
+
+# Every test here runs under each backend this build has (Gloo, and MPI when built).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def test_collectives_and_their_gradients_on_every_set():

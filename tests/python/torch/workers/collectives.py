@@ -216,7 +216,7 @@ raises(ValueError, lambda: hvd.alltoall(torch.ones(5)), "does not divide")
 raises(ValueError, lambda: hvd.reducescatter(torch.ones(4), op=hvd.Max), "Sum and Average")
 assert issubclass(hvd.HorovodInternalError, RuntimeError) and hvd.HorovodInternalError is HorovodInternalError
 assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
-assert hvd.gloo_built() and hvd.gloo_enabled() and not hvd.mpi_enabled() and not hvd.nccl_built()
+assert hvd.gloo_built() and hvd.gloo_enabled() != hvd.mpi_enabled() and not hvd.nccl_built()
 assert hvd.local_size() == 4 and hvd.local_rank() == me and hvd.cross_size() == 1 and hvd.cross_rank() == 0
 
 # Mismatched shapes surface as a MismatchError, a HorovodInternalError.

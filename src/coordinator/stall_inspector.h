@@ -1,0 +1,83 @@
+// StallInspector: the coordinator's clock on ops that some members of its
+// process set have submitted and others have not.
+//
+// The engine tells it when an op is first submitted by any member and when
+// the op leaves negotiation; inspect() then says whether to warn (ops
+// waiting longer than the stall warning time, naming the tensors and the
+// ranks that have not submitted them; repeated once per warning period
+// while they wait) and whether the set must fail (an op waiting longer than
+// the stall shutdown time or the op timeout, whichever is shorter). It
+// reads the clock only through its arguments: no threads, no I/O. One
+// engine thread calls it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "coordinator/negotiator.h"
+
+namespace hora {
+
+struct StallOptions {
+  std::chrono::milliseconds warning_time{60'000};  // HOROVOD_STALL_CHECK_TIME_SECONDS; 0: never warn
+  std::chrono::milliseconds shutdown_time{0};      // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never
+  std::chrono::milliseconds op_timeout{600'000};   // HORA_OP_TIMEOUT_SECONDS; 0: never
+};
+
+// Why a stalled set fails: the global ranks that did not submit the
+// expired ops, and a sentence naming the ops and the limit.
+struct StallFailure {
+  std::vector<int> missing;
+  std::string reason;
+};
+
+struct StallReport {
+  std::string warning;  // non-empty: print it (several lines, no trailing newline)
+  std::optional<StallFailure> failure;
+};
+
+class StallInspector {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  StallInspector(int32_t process_set_id, std::vector<int> global_ranks, StallOptions options);
+
+  // The first call for `name` starts its clock; later ones do nothing.
+  void submitted(const std::string& name, Clock::time_point now);
+  // `name` left negotiation (it is ready, or failed validation).
+  void finished(const std::string& name);
+
+  // Calls `pending` (Negotiator::pending) only when some op is old enough
+  // to report.
+  StallReport inspect(Clock::time_point now, const std::function<std::vector<PendingOp>()>& pending);
+
+  // How often inspect() needs to run to keep its promises to within a
+  // quarter of the shortest limit (at most once a second); zero when every
+  // limit is off.
+  std::chrono::milliseconds inspection_interval() const;
+
+ private:
+  struct Waiting {
+    PendingOp op;
+    std::chrono::milliseconds age;
+  };
+  std::vector<Waiting> older_than(std::chrono::milliseconds age, Clock::time_point now,
+                                  const std::vector<PendingOp>& pending) const;
+  std::string warning(const std::vector<Waiting>& stalled) const;
+  StallFailure failure(const std::vector<Waiting>& expired, bool by_shutdown_time) const;
+  // The shorter of the shutdown time and the op timeout (zero: neither).
+  std::chrono::milliseconds failure_time() const;
+
+  const int32_t process_set_id_;
+  const std::vector<int> global_ranks_;
+  const StallOptions options_;
+  std::unordered_map<std::string, Clock::time_point> first_seen_;
+  std::optional<Clock::time_point> last_warning_;
+};
+
+}  // namespace hora

@@ -1,0 +1,24 @@
+#include "util/log.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace hora {
+
+void log_warning(const std::string& text) noexcept {
+  try {
+    const std::string line = "hora: WARNING: " + text + "\n";
+    size_t written = 0;
+    while (written < line.size()) {
+      const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      written += static_cast<size_t>(n);
+    }
+  } catch (...) {
+    // Out of memory while formatting a warning: drop it.
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,126 @@
+// The coordinator's stall inspector, driven with a hand-made clock: when it
+// warns, what the warning names, when a stall fails the set and why.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coordinator/stall_inspector.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = StallInspector::Clock;
+
+const Clock::time_point kStart = Clock::time_point() + std::chrono::hours(1);
+
+Clock::time_point at(int ms) { return kStart + milliseconds(ms); }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Set 3 over global ranks [2, 5, 9]; rank 5 never submits "grad".
+class StallInspectorTest : public ::testing::Test {
+ protected:
+  StallInspector make(StallOptions options) { return StallInspector(3, {2, 5, 9}, options); }
+
+  std::vector<PendingOp> pending_ = {{"grad", {2, 9}, {5}}};
+  int pending_calls_ = 0;
+  std::function<std::vector<PendingOp>()> pending() {
+    return [this] {
+      ++pending_calls_;
+      return pending_;
+    };
+  }
+};
+
+TEST_F(StallInspectorTest, WarnsOnceTheWarningTimePassesNamingTensorAndMissingRank) {
+  StallInspector inspector = make({milliseconds(1000), milliseconds(0), milliseconds(0)});
+  inspector.submitted("grad", at(0));
+  EXPECT_TRUE(inspector.inspect(at(999), pending()).warning.empty());
+  EXPECT_EQ(pending_calls_, 0);  // nothing old enough: the negotiator is not asked
+  StallReport report = inspector.inspect(at(1000), pending());
+  EXPECT_FALSE(report.failure);
+  EXPECT_TRUE(contains(report.warning, "process set 3 [2, 5, 9]")) << report.warning;
+  EXPECT_TRUE(contains(report.warning, "more than 1 s")) << report.warning;
+  EXPECT_TRUE(contains(report.warning, "global rank 5 has not submitted 'grad'")) << report.warning;
+  EXPECT_FALSE(contains(report.warning, "global rank 2")) << report.warning;
+}
+
+TEST_F(StallInspectorTest, RepeatsTheWarningOncePerWarningPeriod) {
+  StallInspector inspector = make({milliseconds(1000), milliseconds(0), milliseconds(0)});
+  inspector.submitted("grad", at(0));
+  EXPECT_FALSE(inspector.inspect(at(1200), pending()).warning.empty());
+  EXPECT_TRUE(inspector.inspect(at(1700), pending()).warning.empty());
+  EXPECT_TRUE(inspector.inspect(at(2100), pending()).warning.empty());
+  EXPECT_FALSE(inspector.inspect(at(2200), pending()).warning.empty());
+}
+
+TEST_F(StallInspectorTest, ResubmittingAFinishedNameRestartsItsClock) {
+  StallInspector inspector = make({milliseconds(1000), milliseconds(0), milliseconds(0)});
+  inspector.submitted("grad", at(0));
+  inspector.submitted("grad", at(500));  // a second member: the clock keeps running
+  inspector.finished("grad");
+  inspector.submitted("grad", at(900));
+  EXPECT_TRUE(inspector.inspect(at(1800), pending()).warning.empty());
+  EXPECT_FALSE(inspector.inspect(at(1900), pending()).warning.empty());
+}
+
+TEST_F(StallInspectorTest, GroupsOpsByTheRankThatHasNotSubmittedThem) {
+  pending_ = {{"a", {2}, {5, 9}}, {"b", {2, 9}, {5}}, {"young", {2}, {5, 9}}};
+  StallInspector inspector = make({milliseconds(1000), milliseconds(0), milliseconds(0)});
+  inspector.submitted("a", at(0));
+  inspector.submitted("b", at(100));
+  inspector.submitted("young", at(1500));
+  const std::string warning = inspector.inspect(at(2000), pending()).warning;
+  EXPECT_TRUE(contains(warning, "2 op(s)")) << warning;
+  EXPECT_TRUE(contains(warning, "global rank 5 has not submitted 'a', 'b'")) << warning;
+  const std::string last_line = warning.substr(warning.rfind('\n') + 1);
+  EXPECT_EQ(last_line, "  global rank 9 has not submitted 'a'") << warning;
+  EXPECT_FALSE(contains(warning, "young")) << warning;
+}
+
+TEST_F(StallInspectorTest, ShutdownTimeFailsTheSetNamingTheMissingRanks) {
+  StallInspector inspector = make({milliseconds(1000), milliseconds(2500), milliseconds(600'000)});
+  inspector.submitted("grad", at(0));
+  EXPECT_FALSE(inspector.inspect(at(2400), pending()).failure);
+  StallReport report = inspector.inspect(at(2500), pending());
+  ASSERT_TRUE(report.failure);
+  EXPECT_EQ(report.failure->missing, std::vector<int>{5});
+  EXPECT_TRUE(contains(report.failure->reason, "global rank(s) [5] did not submit 'grad' within 2.5 s"))
+      << report.failure->reason;
+  EXPECT_TRUE(contains(report.failure->reason, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")) << report.failure->reason;
+  EXPECT_TRUE(report.warning.empty());  // the failure says it all
+}
+
+TEST_F(StallInspectorTest, OpTimeoutFailsTheSetWhenShorterThanTheShutdownTime) {
+  pending_ = {{"a", {2}, {5, 9}}, {"b", {2, 5}, {9}}};
+  StallInspector inspector = make({milliseconds(0), milliseconds(0), milliseconds(3000)});
+  inspector.submitted("a", at(0));
+  inspector.submitted("b", at(10));
+  StallReport report = inspector.inspect(at(3010), pending());
+  ASSERT_TRUE(report.failure);
+  EXPECT_EQ(report.failure->missing, (std::vector<int>{5, 9}));
+  EXPECT_TRUE(contains(report.failure->reason, "HORA_OP_TIMEOUT_SECONDS")) << report.failure->reason;
+  EXPECT_TRUE(contains(report.failure->reason, "'a', 'b'")) << report.failure->reason;
+}
+
+TEST_F(StallInspectorTest, EverythingOffMeansNoInspections) {
+  StallInspector inspector = make({milliseconds(0), milliseconds(0), milliseconds(0)});
+  EXPECT_EQ(inspector.inspection_interval(), milliseconds(0));
+  inspector.submitted("grad", at(0));
+  StallReport report = inspector.inspect(at(10'000'000), pending());
+  EXPECT_TRUE(report.warning.empty());
+  EXPECT_FALSE(report.failure);
+}
+
+TEST_F(StallInspectorTest, InspectionIntervalFollowsTheShortestLimit) {
+  EXPECT_EQ(make({milliseconds(60'000), milliseconds(0), milliseconds(600'000)}).inspection_interval(),
+            milliseconds(1000));
+  EXPECT_EQ(make({milliseconds(60'000), milliseconds(0), milliseconds(2000)}).inspection_interval(),
+            milliseconds(500));
+  EXPECT_EQ(make({milliseconds(400), milliseconds(0), milliseconds(0)}).inspection_interval(), milliseconds(100));
+}
+
+}  // namespace
+}  // namespace hora
