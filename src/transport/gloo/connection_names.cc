@@ -60,6 +60,25 @@ void publish_connection_addresses(Store& store, ::gloo::Context& context) {
   store.set(key_of(context.rank), std::vector<uint8_t>(addresses.begin(), addresses.end()));
 }
 
+std::vector<std::string> remote_connection_addresses(Store& store, int rank, int size) {
+  std::vector<std::string> remote(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::vector<uint8_t> published = lookup(store, key_of(peer));
+    const std::string text(published.begin(), published.end());
+    // The peer lists its connections in set-rank order, skipping itself.
+    int line = rank < peer ? rank : rank - 1;
+    size_t begin = 0;
+    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+      if (line-- == 0) {
+        remote[peer] = text.substr(begin, end - begin);
+        break;
+      }
+    }
+  }
+  return remote;
+}
+
 std::vector<int> global_ranks_named_in(Store& store, const std::vector<int>& global_ranks,
                                        int rank, const std::string& message) {
   const int size = static_cast<int>(global_ranks.size());

@@ -1,5 +1,10 @@
 #include "transport/gloo/gloo_backend.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -10,11 +15,8 @@
 #include <gloo/context.h>
 #include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/address.h>
-#include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -67,58 +69,47 @@ void copy_bytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memmove(to, from, bytes);
 }
 
-bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
-  if (a.ss_family != b.ss_family) return false;
-  if (a.ss_family == AF_INET) {
-    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+// "[host]:port" of one end of a socket, the way Gloo writes addresses; ""
+// if the socket has none.
+std::string endpoint(int fd, bool local) {
+  try {
+    return (local ? ::gloo::transport::tcp::Address::fromSockName(fd) : ::gloo::transport::tcp::Address::fromPeerName(fd))
+        .str();
+  } catch (const std::exception&) {
+    return "";
   }
-  if (a.ss_family == AF_INET6) {
-    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
-    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
-    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
-  }
-  return false;
 }
 
-// Shuts down (shutdown(2), both directions) this process's connected
-// sockets whose local address is that of one of `context`'s connections.
-// Gloo's device thread then sees each connection end and fails the
-// operations waiting on it, as when a peer dies, and the peers see the
-// same. Gloo offers no public call that fails a pending operation from
-// another thread; the sockets are found through /proc/self/fd because Gloo
-// does not expose them either.
-void shut_down_connections(::gloo::Context& context) {
-  std::vector<sockaddr_storage> locals;
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
-    auto& pair = context.getPair(peer);
-    if (!pair) continue;
-    if (auto* address = dynamic_cast<const ::gloo::transport::tcp::Address*>(&pair->address()))
-      locals.push_back(address->getSockaddr());
-  }
-  if (locals.empty()) return;
+// Shuts down (shutdown(2), both directions) this process's sockets that
+// carry `connections` (local and remote address of each). Gloo's device
+// thread then sees each connection end and fails the operations waiting on
+// it, as when a peer dies, and the peers see the same. Gloo offers no public
+// call that fails a pending operation from another thread, and does not
+// expose its sockets, so they are found in /proc/self/fd. Each candidate is
+// duplicated before it is checked: the check and the shutdown then act on
+// the same socket even if Gloo closes the descriptor meanwhile and the
+// number is reused.
+void shut_down_connections(const std::vector<std::pair<std::string, std::string>>& connections) {
+  if (connections.empty()) return;
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return;
+  std::vector<int> candidates;
   while (dirent* entry = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    struct stat info {};
-    if (fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
-    sockaddr_storage local{}, remote{};
-    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) continue;
-    for (const sockaddr_storage& mine : locals) {
-      if (same_endpoint(local, mine)) {
-        shutdown(static_cast<int>(fd), SHUT_RDWR);
-        break;
-      }
-    }
+    if (end != entry->d_name && *end == '\0' && fd != dirfd(dir)) candidates.push_back(static_cast<int>(fd));
   }
   closedir(dir);
+  for (int fd : candidates) {
+    const int pinned = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (pinned < 0) continue;
+    struct stat info {};
+    if (fstat(pinned, &info) == 0 && S_ISSOCK(info.st_mode)) {
+      const std::pair<std::string, std::string> ends{endpoint(pinned, true), endpoint(pinned, false)};
+      if (std::find(connections.begin(), connections.end(), ends) != connections.end()) shutdown(pinned, SHUT_RDWR);
+    }
+    close(pinned);
+  }
 }
 
 }  // namespace
@@ -153,14 +144,20 @@ void rethrow_as_hora_error(const std::string& where) {
 
 GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
                          std::shared_ptr<::gloo::Context> context,
-                         std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout)
+                         std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout,
+                         const std::vector<std::string>& remote_addresses)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
       set_name_(describe_set(global_ranks_)),
       set_store_(std::move(set_store)),
       context_(std::move(context)),
       control_(std::move(control)),
-      timeout_(timeout) {}
+      timeout_(timeout) {
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_ || remote_addresses.at(peer).empty() || !context_->getPair(peer)) continue;
+    connections_.emplace_back(context_->getPair(peer)->address().str(), remote_addresses[peer]);
+  }
+}
 
 GlooBackend::~GlooBackend() {
   try {
@@ -176,7 +173,7 @@ void GlooBackend::abort(const std::string& reason) {
   if (aborted_) return;
   abort_reason_ = reason;
   aborted_ = true;
-  shut_down_connections(*context_);
+  shut_down_connections(connections_);
 }
 
 template <typename Collective>

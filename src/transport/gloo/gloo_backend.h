@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/backend.h"
@@ -34,10 +35,12 @@ std::string describe_set(const std::vector<int>& global_ranks);
 // pending operation of the context and closes its connections.
 class GlooBackend final : public Backend {
  public:
-  // `set_store` serves only to name failed peers (see connection_names.h).
+  // `set_store` serves only to name failed peers (see connection_names.h);
+  // `remote_addresses` (by set rank, from remote_connection_addresses) lets
+  // abort() find the connections' sockets.
   GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
               std::shared_ptr<::gloo::Context> context, std::unique_ptr<ControlChannel> control,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, const std::vector<std::string>& remote_addresses);
   ~GlooBackend() override;
 
   int rank() const override { return rank_; }
@@ -72,6 +75,8 @@ class GlooBackend final : public Backend {
   std::unique_ptr<ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
+  // Local and remote address of each Gloo connection, for abort().
+  std::vector<std::pair<std::string, std::string>> connections_;
   std::mutex abort_mutex_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // guarded by abort_mutex_

@@ -1,5 +1,6 @@
 // make_gloo_backend_factory: one Gloo TCP device per process, one Gloo
 // context and one control channel per process set.
+#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -83,13 +84,21 @@ class GlooBackendFactory final : public BackendFactory {
     }
     auto control = ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout,
                                            cancelled);
-    auto backend = std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store),
-                                                 std::move(context), std::move(control), timeout);
     // Nobody returns before every member has finished connecting: a member
     // that left right after its own connectFullMesh would otherwise break
-    // the connection step of a slower one.
-    backend->barrier();
-    return backend;
+    // the connection step of a slower one. After it, every member's
+    // connection addresses are published.
+    try {
+      ::gloo::BarrierOptions barrier(context);
+      barrier.setTimeout(timeout);
+      ::gloo::barrier(barrier);
+    } catch (...) {
+      gloo_transport::rethrow_as_hora_error(set_name + ": connecting gloo");
+    }
+    const std::vector<std::string> remote =
+        gloo_transport::remote_connection_addresses(*set_store, rank, static_cast<int>(global_ranks.size()));
+    return std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store), std::move(context),
+                                         std::move(control), timeout, remote);
   }
 
  private:
