@@ -13,7 +13,7 @@ PACKAGE_INPUTS := $(shell find python bindings src include -type f \
 # The venv's cmake, ninja and python come first.
 export PATH := $(abspath $(VENV)/bin):$(PATH)
 
-.PHONY: setup build cpp python test demo bench clean
+.PHONY: setup build cpp python test fuzz sanitize sanitize-asan sanitize-tsan demo bench clean
 
 setup:
 	scripts/setup.sh
@@ -36,9 +36,35 @@ $(INSTALLED_STAMP): $(PACKAGE_INPUTS) $(VENV)/pyvenv.cfg | setup
 $(VENV)/pyvenv.cfg:
 	scripts/setup.sh
 
-test: build
+test: build fuzz
 	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure
 	$(PYTHON) -m pytest -q tests/python
+
+# The libFuzzer targets in fuzz/ (clang), each for FUZZ_SECONDS.
+FUZZ_BUILD := build-fuzz
+FUZZ_SECONDS ?= 30
+fuzz: setup
+	@test -f $(FUZZ_BUILD)/CMakeCache.txt || \
+	  $(VENV)/bin/cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+	    -DHORA_BUILD_FUZZERS=ON -DHORA_BUILD_TESTS=OFF -DHORA_WITH_MPI=OFF
+	$(VENV)/bin/cmake --build $(FUZZ_BUILD) --target control_wire_fuzzer store_protocol_fuzzer write_seeds
+	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The C++ tests built and run under AddressSanitizer + UndefinedBehavior-
+# Sanitizer (build-asan) and under ThreadSanitizer (build-tsan), without MPI
+# (docs/testing.md). A report fails the test it comes from.
+SANITIZE_asan := address,undefined
+SANITIZE_tsan := thread
+export ASAN_OPTIONS := detect_leaks=1:halt_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS := print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS := halt_on_error=1:second_deadlock_stack=1:suppressions=$(abspath tests/sanitizers/tsan.supp)
+sanitize: sanitize-asan sanitize-tsan
+sanitize-asan sanitize-tsan: sanitize-%: setup
+	@test -f build-$*/CMakeCache.txt || \
+	  $(VENV)/bin/cmake -S . -B build-$* -G Ninja -DHORA_BUILD_TESTS=ON -DHORA_WITH_MPI=OFF \
+	    -DHORA_SANITIZE=$(SANITIZE_$*)
+	$(VENV)/bin/cmake --build build-$*
+	$(VENV)/bin/ctest --test-dir build-$* --output-on-failure
 
 # Two tasks training side by side on the even and odd ranks; writes multitask.png.
 demo: build
@@ -48,5 +74,5 @@ bench: build
 	$(PYTHON) benchmarks/allreduce.py
 
 clean:
-	rm -rf $(BUILD) dist python/hora.egg-info
+	rm -rf $(BUILD) $(FUZZ_BUILD) build-asan build-tsan dist python/hora.egg-info
 	find python tests -name __pycache__ -type d -prune -exec rm -rf {} +

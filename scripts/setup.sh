@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv)
+# clang and its compiler-rt (libFuzzer, sanitizers) build the fuzz targets
+# that make test runs.
+DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clang libclang-rt-dev)
 # The MPI backend's: installed when run as root; without them hora builds
 # without MPI and its MPI tests are skipped.
 OPTIONAL_DEBIAN_PACKAGES=(libopenmpi-dev openmpi-bin)

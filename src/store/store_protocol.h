@@ -1,7 +1,9 @@
-// The rendezvous store's wire protocol (docs/rendezvous.md) as the C++ client
-// speaks it: requests encoded into frames, reply payloads and key lists
-// decoded. Decoding is bounds-checked: bytes that are not a valid reply
-// throw hora::Internal ("malformed ..."), never read out of bounds. No I/O.
+// The rendezvous store's wire protocol (docs/rendezvous.md), both sides:
+// the client encodes requests into frames and decodes reply payloads and key
+// lists; the in-process server decodes request payloads. Decoding is
+// bounds-checked and never reads out of bounds: bytes that are not a valid
+// reply throw hora::Internal ("malformed ..."), a request the server must
+// refuse throws Refusal. No I/O.
 #pragma once
 
 #include <cstddef>
@@ -34,9 +36,22 @@ struct Reply {
   std::vector<uint8_t> value;
 };
 
+// Why the server refuses a request: it answers with `status` (kBadSecret or
+// kBadRequest) and `message`, then closes the connection.
+struct Refusal {
+  Status status;
+  std::string message;
+};
+
 // One request frame: the u32 payload length, then the payload. The caller
 // keeps keys, value and secret within the limits above.
 std::vector<uint8_t> encode_request(const std::string& secret, const Request& request);
+
+// Server side: one request payload (the frame's length prefix already
+// removed), checked against the job's `secret` before anything else is
+// looked at; throws Refusal for a missing or wrong secret, a truncated or
+// overlong payload, an unknown version or command, or a wrong key count.
+Request decode_request(const std::vector<uint8_t>& payload, const std::string& secret);
 
 // A reply payload (the frame's length prefix already removed), and its
 // encoding.

@@ -1,5 +1,5 @@
-// The rendezvous server's side of docs/rendezvous.md, in C++: it parses
-// requests (the client never does) and answers with store_protocol's
+// The rendezvous server's side of docs/rendezvous.md, in C++: it decodes
+// requests with store_protocol::decode_request and answers with its
 // encoders.
 #include "store/tcp_store_server.h"
 
@@ -30,20 +30,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 using store_protocol::Command;
+using store_protocol::Refusal;
 using store_protocol::Request;
 using store_protocol::Status;
 using store_protocol::kMaxFrameBytes;
-using store_protocol::kMaxKeyBytes;
 using store_protocol::kMaxSecretBytes;
-using store_protocol::kMaxValueBytes;
-using store_protocol::kMaxWaitKeys;
 using store_protocol::kNoTimeoutMs;
-
-// A request the server refuses: BAD_SECRET or BAD_REQUEST, then it closes.
-struct Refusal {
-  Status status;
-  std::string message;
-};
 
 // One reply frame: the u32 payload length, then the payload.
 std::vector<uint8_t> reply_frame(Status status, std::vector<uint8_t> value) {
@@ -52,85 +44,6 @@ std::vector<uint8_t> reply_frame(Status status, std::vector<uint8_t> value) {
   for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(payload.size() >> (8 * i));
   frame.insert(frame.end(), payload.begin(), payload.end());
   return frame;
-}
-
-// Bounds-checked reader over one request payload; an overrun is a Refusal.
-class PayloadReader {
- public:
-  explicit PayloadReader(const std::vector<uint8_t>& data) : data_(data) {}
-  const uint8_t* take(size_t n) {
-    if (n > data_.size() - pos_) throw Refusal{Status::kBadRequest, "truncated request"};
-    const uint8_t* p = data_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-  uint8_t u8() { return take(1)[0]; }
-  uint16_t u16() {
-    const uint8_t* p = take(2);
-    return static_cast<uint16_t>(p[0] | p[1] << 8);
-  }
-  uint32_t u32() {
-    const uint8_t* p = take(4);
-    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-  }
-  std::vector<uint8_t> sized(size_t limit, const char* what) {
-    const uint32_t n = u32();
-    if (n > limit) {
-      throw Refusal{Status::kBadRequest, std::string(what) + " of " + std::to_string(n) + " bytes exceeds " +
-                                     std::to_string(limit) + " bytes"};
-    }
-    const uint8_t* p = take(n);
-    return {p, p + n};
-  }
-  bool at_end() const { return pos_ == data_.size(); }
-
- private:
-  const std::vector<uint8_t>& data_;
-  size_t pos_ = 0;
-};
-
-bool same_secret(const std::vector<uint8_t>& given, const std::string& secret) {
-  if (given.size() != secret.size()) return false;
-  uint8_t diff = 0;  // constant time in the secret's length
-  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ static_cast<uint8_t>(secret[i]);
-  return diff == 0;
-}
-
-Request parse_request(const std::vector<uint8_t>& payload, const std::string& secret) {
-  PayloadReader r(payload);
-  const uint8_t version = r.u8();
-  const uint8_t command = r.u8();
-  if (version != store_protocol::kVersion) {
-    throw Refusal{Status::kBadRequest, "unsupported protocol version " + std::to_string(version)};
-  }
-  const uint16_t secret_length = r.u16();
-  if (secret_length > kMaxSecretBytes) throw Refusal{Status::kBadRequest, "secret is too long"};
-  const uint8_t* given = r.take(secret_length);
-  if (secret_length == 0 || !same_secret({given, given + secret_length}, secret)) {
-    throw Refusal{Status::kBadSecret, "missing or wrong job secret"};
-  }
-  if (command < static_cast<uint8_t>(Command::kSet) || command > static_cast<uint8_t>(Command::kPing)) {
-    throw Refusal{Status::kBadRequest, "unknown command " + std::to_string(command)};
-  }
-  Request request;
-  request.command = static_cast<Command>(command);
-  request.timeout_ms = r.u32();
-  const uint32_t count = r.u32();
-  if (count > kMaxWaitKeys) throw Refusal{Status::kBadRequest, "too many keys"};
-  for (uint32_t i = 0; i < count; ++i) {
-    std::vector<uint8_t> key = r.sized(kMaxKeyBytes, "key");
-    request.keys.emplace_back(key.begin(), key.end());
-  }
-  request.value = r.sized(kMaxValueBytes, "value");
-  if (!r.at_end()) throw Refusal{Status::kBadRequest, "trailing bytes after the request"};
-  const bool ping = request.command == Command::kPing;
-  const size_t least = ping ? 0 : 1;
-  const size_t most = ping ? 0 : request.command == Command::kWait ? kMaxWaitKeys : 1;
-  if (count < least || count > most) {
-    throw Refusal{Status::kBadRequest, "command " + std::to_string(command) + " takes " + std::to_string(least) +
-                                   ".." + std::to_string(most) + " keys, got " + std::to_string(count)};
-  }
-  return request;
 }
 
 // A decimal integer, surrounding whitespace allowed (as the Python server).
@@ -268,12 +181,13 @@ void TcpStoreServer::State::serve(Connection* connection) {
       std::optional<Refusal> refusal;
       std::pair<Status, std::vector<uint8_t>> reply;
       if (length > kMaxFrameBytes) {
-        refusal = Refusal{Status::kBadRequest, "frame of " + std::to_string(length) + " bytes is too large"};
+        refusal = Refusal{Status::kBadRequest, "frame of " + std::to_string(length) + " bytes exceeds " +
+                                                  std::to_string(kMaxFrameBytes) + " bytes"};
       } else {
         std::vector<uint8_t> payload(length);
         if (!recv_exact(fd, payload.data(), length)) break;
         try {
-          reply = execute(parse_request(payload, secret));
+          reply = execute(store_protocol::decode_request(payload, secret));
         } catch (const Refusal& r) {
           refusal = r;
         }

@@ -1,6 +1,8 @@
-// The rendezvous store protocol as the C++ client encodes and decodes it
-// (docs/rendezvous.md): the request layout, and replies and key lists that
-// decode only when well formed (hora::Internal otherwise, never a crash).
+// The rendezvous store protocol (docs/rendezvous.md): the request layout;
+// requests that the server decodes only with the job's secret and when well
+// formed (a Refusal naming what was wrong otherwise); replies and key lists
+// that the client decodes only when well formed (hora::Internal otherwise).
+// Never a crash.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -49,6 +51,91 @@ TEST(StoreProtocolTest, RequestFrameFollowsTheDocumentedLayout) {
   EXPECT_EQ(Bytes(frame.begin() + 37, frame.end()), (Bytes{9, 8, 7}));
 }
 
+const char* const kSecret = "job-secret";
+
+// The payload of a request frame (its length prefix removed).
+Bytes payload_of(const Request& request, const std::string& secret = kSecret) {
+  const Bytes frame = encode_request(secret, request);
+  return Bytes(frame.begin() + 4, frame.end());
+}
+
+// The refusal decode_request throws for `payload`; fails the test if none.
+Refusal refusal_of(const Bytes& payload) {
+  try {
+    decode_request(payload, kSecret);
+  } catch (const Refusal& refusal) {
+    return refusal;
+  }
+  ADD_FAILURE() << "the request was accepted";
+  return {Status::kOk, ""};
+}
+
+void expect_refused(const Bytes& payload, Status status, const std::string& text) {
+  const Refusal refusal = refusal_of(payload);
+  EXPECT_EQ(refusal.status, status) << refusal.message;
+  EXPECT_NE(refusal.message.find(text), std::string::npos) << refusal.message;
+}
+
+TEST(StoreProtocolTest, EveryRequestTheClientEncodesTheServerDecodes) {
+  const std::vector<Request> requests = {{Command::kSet, 0, {"k"}, {1, 2}},
+                                         {Command::kGet, 250, {"process_set.1/gloo/0"}, {}},
+                                         {Command::kAdd, 0, {"counter"}, {'-', '3'}},
+                                         {Command::kWait, kNoTimeoutMs, {"a", "b", ""}, {}},
+                                         {Command::kPing, 0, {}, {}}};
+  for (const Request& sent : requests) {
+    const Request got = decode_request(payload_of(sent), kSecret);
+    EXPECT_EQ(got.command, sent.command);
+    EXPECT_EQ(got.timeout_ms, sent.timeout_ms);
+    EXPECT_EQ(got.keys, sent.keys);
+    EXPECT_EQ(got.value, sent.value);
+  }
+}
+
+TEST(StoreProtocolTest, RequestsWithoutTheJobSecretAreRefusedAsBadSecret) {
+  const Request get{Command::kGet, 0, {"k"}, {}};
+  expect_refused(payload_of(get, ""), Status::kBadSecret, "missing or wrong job secret");
+  expect_refused(payload_of(get, "job-secreT"), Status::kBadSecret, "missing or wrong job secret");
+  expect_refused(payload_of(get, "job-secret-and-more"), Status::kBadSecret, "missing or wrong job secret");
+  // A bad request that also lacks the secret learns nothing about the
+  // request's other faults.
+  expect_refused(payload_of({Command::kGet, 0, {"a", "b"}, {}}, "wrong"), Status::kBadSecret, "secret");
+}
+
+TEST(StoreProtocolTest, MalformedRequestsAreRefusedNamingTheFault) {
+  const Bytes good = payload_of({Command::kSet, 0, {"k"}, {7}});
+  for (size_t n = 0; n < good.size(); ++n) expect_refused(Bytes(good.begin(), good.begin() + n), Status::kBadRequest, "truncated");
+  Bytes trailing = good;
+  trailing.push_back(0);
+  expect_refused(trailing, Status::kBadRequest, "1 trailing bytes");
+  Bytes version = good;
+  version[0] = 9;
+  expect_refused(version, Status::kBadRequest, "unsupported protocol version 9");
+  Bytes command = good;
+  command[1] = 42;
+  expect_refused(command, Status::kBadRequest, "unknown command 42");
+  Bytes long_secret = good;
+  long_secret[2] = 0xff;
+  long_secret[3] = 0xff;
+  expect_refused(long_secret, Status::kBadRequest, "secret is too long");
+  expect_refused(payload_of({Command::kGet, 0, {"a", "b"}, {}}), Status::kBadRequest, "takes 1..1 keys, got 2");
+  expect_refused(payload_of({Command::kSet, 0, {}, {1}}), Status::kBadRequest, "takes 1..1 keys, got 0");
+  expect_refused(payload_of({Command::kPing, 0, {"k"}, {}}), Status::kBadRequest, "takes 0..0 keys, got 1");
+}
+
+TEST(StoreProtocolTest, OversizedCountsAndLengthsAreRefusedBeforeAnyAllocation) {
+  const Bytes good = payload_of({Command::kSet, 0, {"k"}, {7}});
+  const size_t count_at = 4 + std::strlen(kSecret) + 4;  // after version, command, secret, timeout
+  Bytes many = good;
+  many[count_at] = many[count_at + 1] = many[count_at + 2] = 0xff;
+  expect_refused(many, Status::kBadRequest, "keys exceed the limit of 4096");
+  Bytes long_key = good;
+  long_key[count_at + 4 + 2] = 0x7f;
+  expect_refused(long_key, Status::kBadRequest, "key of 8323073 bytes exceeds 4096 bytes");
+  Bytes long_value = good;
+  long_value[count_at + 4 + 4 + 1 + 3] = 0x7f;
+  expect_refused(long_value, Status::kBadRequest, "value of 2130706433 bytes exceeds");
+}
+
 TEST(StoreProtocolTest, RepliesAndKeyListsRoundTrip) {
   for (Status status : {Status::kOk, Status::kNotFound, Status::kTimeout, Status::kBadSecret, Status::kBadRequest}) {
     Reply sent{status, {1, 2, 3}};
@@ -93,20 +180,26 @@ TEST(StoreProtocolTest, MalformedKeyListsThrow) {
   EXPECT_NE(decode_error(decode_keys, long_key).find("a key of"), std::string::npos);
 }
 
+// `bytes` with one to three random edits: a byte changed, a small byte
+// inserted, or the tail cut off.
+Bytes mutated(Bytes bytes, std::mt19937& rng) {
+  for (int e = 0; e < 1 + static_cast<int>(rng() % 3) && !bytes.empty(); ++e) {
+    const size_t at = rng() % bytes.size();
+    switch (rng() % 3) {
+      case 0: bytes[at] = static_cast<uint8_t>(rng()); break;
+      case 1: bytes.insert(bytes.begin() + at, static_cast<uint8_t>(rng() % 4)); break;
+      case 2: bytes.resize(at); break;
+    }
+  }
+  return bytes;
+}
+
 TEST(StoreProtocolTest, RandomAndMutatedBytesNeverCrash) {
   std::mt19937 rng(99);
   const Bytes originals[] = {encode_reply(Reply{Status::kOk, {1, 2, 3, 4}}), encode_keys({"x", "yz", ""})};
   int decoded = 0;
   for (int i = 0; i < 5000; ++i) {
-    Bytes bytes = originals[i % 2];
-    for (int e = 0; e < 1 + static_cast<int>(rng() % 3) && !bytes.empty(); ++e) {
-      const size_t at = rng() % bytes.size();
-      switch (rng() % 3) {
-        case 0: bytes[at] = static_cast<uint8_t>(rng()); break;
-        case 1: bytes.insert(bytes.begin() + at, static_cast<uint8_t>(rng() % 4)); break;
-        case 2: bytes.resize(at); break;
-      }
-    }
+    const Bytes bytes = mutated(originals[i % 2], rng);
     try {
       EXPECT_EQ(encode_reply(decode_reply(bytes)), bytes);
       ++decoded;
@@ -116,6 +209,23 @@ TEST(StoreProtocolTest, RandomAndMutatedBytesNeverCrash) {
       EXPECT_EQ(encode_keys(decode_keys(bytes)), bytes);
       ++decoded;
     } catch (const Internal&) {
+    }
+  }
+  EXPECT_GT(decoded, 0);
+}
+
+TEST(StoreProtocolTest, RandomAndMutatedRequestsAreDecodedOrRefusedNeverCrash) {
+  std::mt19937 rng(7);
+  const Bytes original = payload_of({Command::kWait, 10, {"x", "yz"}, {}});
+  int decoded = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const Bytes bytes = mutated(original, rng);
+    try {
+      // What decodes is exactly what the client would have sent.
+      EXPECT_EQ(payload_of(decode_request(bytes, kSecret)), bytes);
+      ++decoded;
+    } catch (const Refusal& refusal) {
+      EXPECT_TRUE(refusal.status == Status::kBadRequest || refusal.status == Status::kBadSecret);
     }
   }
   EXPECT_GT(decoded, 0);

@@ -22,6 +22,7 @@
 
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "store/store_protocol.h"
 #include "store/tcp_store_server.h"
 
 extern char** environ;
@@ -114,6 +115,56 @@ int unused_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len);
   ::close(fd);
   return ntohs(address.sin_port);
+}
+
+// A client that speaks raw bytes to a server, as a broken or hostile one
+// would.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      throw std::runtime_error("cannot connect to the rendezvous server");
+    }
+    timeval timeout{10, 0};  // a server that never answers fails the test instead of hanging it
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  }
+  ~RawConnection() { ::close(fd_); }
+  void send(const std::vector<uint8_t>& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  }
+  // The next reply frame, decoded; then the server must close.
+  store_protocol::Reply refusal_then_close() {
+    std::vector<uint8_t> header = read(4);
+    const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 | uint32_t{header[2]} << 16 |
+                            uint32_t{header[3]} << 24;
+    store_protocol::Reply reply = store_protocol::decode_reply(read(length));
+    uint8_t extra = 0;
+    EXPECT_EQ(::recv(fd_, &extra, 1, 0), 0) << "the server did not close the connection";
+    return reply;
+  }
+
+ private:
+  std::vector<uint8_t> read(size_t n) {
+    std::vector<uint8_t> out(n);
+    for (size_t got = 0; got < n;) {
+      const ssize_t r = ::recv(fd_, out.data() + got, n - got, 0);
+      if (r <= 0) throw std::runtime_error("the server closed or timed out before replying");
+      got += static_cast<size_t>(r);
+    }
+    return out;
+  }
+  int fd_;
+};
+
+std::vector<uint8_t> framed(const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> frame(4);
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(payload.size() >> (8 * i));
+  frame.insert(frame.end(), payload.begin(), payload.end());
+  return frame;
 }
 
 // Parametrised by server: "python" or "in_process".
@@ -269,6 +320,48 @@ TEST_P(TcpStoreTest, WrongSecretIsAClearError) {
   auto good = connect();
   good->set("k", bytes_of("v"));
   EXPECT_EQ(good->get("k", milliseconds(1000)), bytes_of("v"));
+}
+
+TEST_P(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
+  using store_protocol::Status;
+  auto good = connect();
+  good->set("before", bytes_of("1"));
+  const std::vector<uint8_t> set_frame =
+      store_protocol::encode_request(kSecret, {store_protocol::Command::kSet, 0, {"k"}, {'v'}});
+  const std::vector<uint8_t> payload(set_frame.begin() + 4, set_frame.end());
+  struct Case {
+    std::string name;
+    std::vector<uint8_t> frame;
+    Status status;
+  };
+  std::vector<uint8_t> unknown_command = payload, truncated(payload.begin(), payload.end() - 1);
+  unknown_command[1] = 99;
+  const std::vector<Case> cases = {
+      {"no secret", store_protocol::encode_request("", {store_protocol::Command::kSet, 0, {"k"}, {'v'}}),
+       Status::kBadSecret},
+      {"garbage", framed(std::vector<uint8_t>(40, 0xde)), Status::kBadRequest},
+      {"empty payload", framed({}), Status::kBadRequest},
+      {"unknown command", framed(unknown_command), Status::kBadRequest},
+      {"truncated", framed(truncated), Status::kBadRequest},
+      {"oversized frame", {0xff, 0xff, 0xff, 0x7f}, Status::kBadRequest},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RawConnection raw(port());
+    raw.send(c.frame);
+    const store_protocol::Reply reply = raw.refusal_then_close();
+    EXPECT_EQ(reply.status, c.status) << std::string(reply.value.begin(), reply.value.end());
+    EXPECT_FALSE(reply.value.empty());
+  }
+  {
+    RawConnection half(port());
+    half.send({0x10, 0x00});  // half a length prefix, then gone
+  }
+  // Nothing was stored, and the client that was connected all along, and a
+  // new one, are still served.
+  EXPECT_THROW(good->get("k", milliseconds(0)), Timeout);
+  EXPECT_EQ(good->get("before", milliseconds(1000)), bytes_of("1"));
+  EXPECT_EQ(connect()->get("before", milliseconds(1000)), bytes_of("1"));
 }
 
 TEST_P(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
