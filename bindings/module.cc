@@ -23,6 +23,7 @@ namespace {
 
 std::mutex runtime_mutex;
 std::unique_ptr<Runtime> runtime;  // the one Runtime of this process
+int runtimes_started = 0;          // init() calls that tried to start one
 
 Runtime& current() {
   std::lock_guard<std::mutex> lock(runtime_mutex);
@@ -40,6 +41,7 @@ void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64
   RuntimeConfig config = runtime_config_from_env();
   config.mpi_communicator = mpi_communicator;
   config.mpi_world_ranks = mpi_world_ranks;
+  config.epoch = runtimes_started++;
   nb::gil_scoped_release release;
   runtime = std::make_unique<Runtime>(config, process_sets);
 }

@@ -32,6 +32,10 @@ struct RuntimeConfig {
   // bounds them anyway).
   std::chrono::milliseconds stall_warning_time{60'000};
   std::chrono::milliseconds stall_shutdown_time{0};
+  // How many Runtimes this process started before this one (the bindings
+  // count them). Each keeps its rendezvous keys under its own prefix, so
+  // that a job can shut down and init again; every rank must do so alike.
+  int epoch = 0;
 
   // The transport: "gloo" or "mpi"; empty picks MPI when an MPI launcher
   // started the process (or a communicator is given), else Gloo. Once the

@@ -29,7 +29,8 @@ Runtime::Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_
 Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
                  const std::vector<std::vector<int>>& initial_sets)
     : config_(std::move(config)),
-      store_(std::move(store)),
+      store_(config_.epoch == 0 ? std::move(store)
+                                : make_prefix_store("epoch." + std::to_string(config_.epoch), std::move(store))),
       factory_(std::move(factory)),
       table_(std::make_unique<ProcessSetTable>()) {
   std::vector<ProcessSet> sets;

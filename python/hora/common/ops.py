@@ -112,6 +112,17 @@ def _number(value, what):
     return float(value)
 
 
+def tensor_list(tensors, what, tensor_type, noun):
+    """``tensors`` as a non-empty list; ValueError for a single
+    ``tensor_type`` (a list is needed), a non-iterable or an empty list."""
+    if isinstance(tensors, tensor_type) or not hasattr(tensors, "__iter__"):
+        raise ValueError(f"{what} needs a list of {noun}s, got {type(tensors).__name__}")
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what} needs at least one {noun}")
+    return tensors
+
+
 def split_list(splits):
     """``splits`` (None, or a 1-D sequence or array of integers) as a list."""
     if splits is None:

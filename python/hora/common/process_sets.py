@@ -189,8 +189,14 @@ def remove_process_set(process_set):
     """
     if isinstance(process_set, ProcessSet):
         set_id = process_set.process_set_id
+    elif isinstance(process_set, bool):
+        raise ValueError("remove_process_set needs a ProcessSet or its integer id, got bool")
     else:
-        set_id = operator.index(process_set)
+        try:
+            set_id = operator.index(process_set)
+        except TypeError:
+            raise ValueError("remove_process_set needs a ProcessSet or its integer id, got "
+                             f"{type(process_set).__name__}") from None
     if set_id is None or set_id == 0:
         return False
     removed = _core.remove_process_set(set_id)

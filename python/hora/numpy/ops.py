@@ -15,6 +15,10 @@ def _array(tensor):
     return array
 
 
+def _array_list(tensors, what):
+    return _ops.tensor_list(tensors, what, np.ndarray, "array")
+
+
 def _names(name, count):
     return [f"{name}.{i}" if name else None for i in range(count)]
 
@@ -55,6 +59,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     op = _ops.resolve_reduce_op(op, average)
+    tensors = _array_list(tensors, "grouped_allreduce")
     return _ops.GroupHandle([
         allreduce_async(t, None, n, op, prescale_factor, postscale_factor, process_set)
         for t, n in zip(tensors, _names(name, len(tensors)))])
@@ -79,6 +84,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    tensors = _array_list(tensors, "grouped_allgather")
     return _ops.GroupHandle([allgather_async(t, n, process_set) for t, n in zip(tensors, _names(name, len(tensors)))])
 
 
@@ -138,6 +144,7 @@ def reducescatter(tensor, name=None, compression=None, op=None, process_set=glob
 
 def grouped_reducescatter_async(tensors, name=None, op=None, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
+    tensors = _array_list(tensors, "grouped_reducescatter")
     return _ops.GroupHandle([
         reducescatter_async(t, n, op, process_set, prescale_factor, postscale_factor)
         for t, n in zip(tensors, _names(name, len(tensors)))])

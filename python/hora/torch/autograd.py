@@ -18,6 +18,7 @@ from hora.common import ops as _ops
 from hora.common.ops import Average, Sum
 from hora.common.process_sets import global_process_set
 from hora.torch import mpi_ops as _mpi_ops
+from hora.torch import tensors as _tensors
 from hora.torch.compression import Compression
 
 
@@ -46,6 +47,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` over the process set (default op: Average) and
     returns the result; the input is not modified. Differentiable."""
+    _tensors.check(tensor)
     compressed, ctx = compression.compress(tensor)
     reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
@@ -72,6 +74,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduces each tensor of the list; returns the list of results. Differentiable."""
+    tensors = _mpi_ops.check_list(tensors, "grouped_allreduce")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
     reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
                                             *compressed)
@@ -104,6 +107,7 @@ class HorovodAllgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every member's ``tensor`` along the first dimension (which
     may differ between members), in set-rank order. Differentiable."""
+    _tensors.check(tensor)
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
@@ -127,6 +131,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers each tensor of the list; returns the list of results. Differentiable."""
+    tensors = _mpi_ops.check_list(tensors, "grouped_allgather")
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -150,6 +155,7 @@ class HorovodBroadcast(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """The value of ``tensor`` on ``root_rank`` (a global rank, a member of
     the set); the input is not modified. Differentiable."""
+    _tensors.check(tensor)
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -177,6 +183,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     split when ``splits`` is None) and returns what this member received, in
     set-rank order. As in Horovod, returns ``(output, received_splits)`` when
     ``splits`` is given and ``output`` alone otherwise. Differentiable."""
+    _tensors.check(tensor)
     return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
@@ -206,6 +213,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces ``tensor`` over the set (Sum or Average) and returns this
     member's block of rows. Differentiable."""
+    _tensors.check(tensor)
     compressed, ctx = compression.compress(tensor)
     reduced = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
@@ -232,6 +240,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters each tensor of the list; returns the list of results. Differentiable."""
+    tensors = _mpi_ops.check_list(tensors, "grouped_reducescatter")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
     reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                                 *compressed)

@@ -23,6 +23,7 @@ how often each member described it and contributes that many zero tensors.
 import collections
 import json
 import threading
+import time
 
 import numpy as np
 import torch
@@ -62,6 +63,20 @@ def reset():
     """Forgets every set's sequence (init and shutdown)."""
     with _channels_lock:
         _channels.clear()
+
+
+def drain(seconds):
+    """Waits up to ``seconds`` for the announcements nobody waits for to
+    finish (shutdown). A member that shut down with its announcement still
+    pending would leave the others inside that allgather, which MPI cannot
+    interrupt; they finish as soon as every member has submitted them."""
+    with _channels_lock:
+        pending = [a for channel in _channels.values() for a in channel.outstanding]
+    deadline = time.monotonic() + seconds
+    while pending and time.monotonic() < deadline:
+        pending = [a for a in pending if not a.done()]
+        if pending:
+            time.sleep(0.001)
 
 
 def _channel(set_id):

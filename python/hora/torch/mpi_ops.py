@@ -52,10 +52,9 @@ def _buffers(tensor, in_place):
     return source, output, _returning(output)
 
 
-def _check_list(tensors, what):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError(f"{what} needs at least one tensor")
+def check_list(tensors, what):
+    """``tensors`` as a non-empty list of tensors hora can move; ValueError otherwise."""
+    tensors = _ops.tensor_list(tensors, what, torch.Tensor, "tensor")
     for i, t in enumerate(tensors):
         _tensors.check(t, f"tensor {i}")
     return tensors
@@ -142,7 +141,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts one allreduce per tensor; ``synchronize`` returns the list of results."""
     op = _ops.resolve_reduce_op(op, average)
-    tensors = _check_list(tensors, "grouped_allreduce")
+    tensors = check_list(tensors, "grouped_allreduce")
     handles, _ = submit_allreduces(tensors, False, _names(name, len(tensors)), op, prescale_factor,
                                    postscale_factor, process_set)
     return _ops.GroupHandle(handles)
@@ -152,7 +151,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place ``grouped_allreduce_async``."""
     op = _ops.resolve_reduce_op(op, average)
-    tensors = _check_list(tensors, "grouped_allreduce")
+    tensors = check_list(tensors, "grouped_allreduce")
     handles, _ = submit_allreduces(tensors, True, _names(name, len(tensors)), op, prescale_factor,
                                    postscale_factor, process_set)
     return _ops.GroupHandle(handles)
@@ -210,7 +209,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """``allgather_async`` of each tensor; ``synchronize`` returns a list."""
-    tensors = _check_list(tensors, "grouped_allgather")
+    tensors = check_list(tensors, "grouped_allgather")
     return _ops.GroupHandle(_allgathers(tensors, _names(name, len(tensors)), _resolved(process_set)))
 
 
@@ -254,12 +253,14 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     ``(output, received_splits)``, the splits sized by the set."""
     _tensors.check(tensor)
     ps = _resolved(process_set)
-    if splits is None:
-        split_list, splits_dtype = [], torch.int32
-    elif isinstance(splits, torch.Tensor):
-        split_list, splits_dtype = [int(s) for s in splits.reshape(-1).tolist()], splits.dtype
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError(f"alltoall: splits must hold integers, got dtype {splits.dtype}")
+        if splits.dim() != 1:
+            raise ValueError(f"alltoall: splits must be 1-D, got shape {list(splits.shape)}")
+        split_list, splits_dtype = [int(s) for s in splits.tolist()], splits.dtype
     else:
-        split_list, splits_dtype = [int(s) for s in np.asarray(splits).reshape(-1)], torch.int32
+        split_list, splits_dtype = _ops.split_list(splits), torch.int32
     announcement = _join.announce(ps, [_join.other_op("alltoall", name)], wait=True)
     announcement.require_all_active("alltoall", name)
     source = _tensors.as_input(tensor)
@@ -305,7 +306,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """``reducescatter_async`` of each tensor; ``synchronize`` returns a list."""
-    tensors = _check_list(tensors, "grouped_reducescatter")
+    tensors = check_list(tensors, "grouped_reducescatter")
     return _ops.GroupHandle(_reducescatters(tensors, _names(name, len(tensors)), op, _resolved(process_set),
                                             prescale_factor, postscale_factor))
 

@@ -278,6 +278,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``groups`` (an int or a list of lists of parameters) fuses gradients into
     grouped allreduces; the parameter order is taken from the set's first rank.
     """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     op = _ops.resolve_reduce_op(op, None)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")

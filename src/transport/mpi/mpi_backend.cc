@@ -110,6 +110,7 @@ MpiBackend::MpiBackend(std::vector<int> global_ranks, int rank, OwnedCommunicato
       timeout_(timeout) {}
 
 MpiBackend::~MpiBackend() {
+  if (request_abandoned_) comm_.keep_forever();
   try {
     control_.reset();  // peers' receive_control now reports the closure
   } catch (...) {
@@ -147,7 +148,8 @@ void MpiBackend::run(const char* name, Collective&& collective) {
 }
 
 // The barrier's request is abandoned when the wait gives up: the set is
-// broken then, and its communicator is only freed.
+// broken then, and its communicator is never freed, since the request still
+// uses it.
 void MpiBackend::await_members(const char* name) {
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(comm_.get(), &request), "MPI_Ibarrier");
@@ -156,11 +158,13 @@ void MpiBackend::await_members(const char* name) {
     int done = 0;
     check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) return;
-    if (aborted_) {
-      std::lock_guard<std::mutex> lock(abort_mutex_);
-      throw PeerFailure(std::string(name) + " given up waiting for the other members: " + abort_reason_);
-    }
-    if (polls % 256 == 0 && std::chrono::steady_clock::now() >= deadline) {
+    const bool aborted = aborted_;
+    if (aborted || (polls % 256 == 0 && std::chrono::steady_clock::now() >= deadline)) {
+      request_abandoned_ = true;
+      if (aborted) {
+        std::lock_guard<std::mutex> lock(abort_mutex_);
+        throw PeerFailure(std::string(name) + " given up waiting for the other members: " + abort_reason_);
+      }
       throw Timeout(set_name_ + ": " + name + " timed out after " + std::to_string(timeout_.count()) +
                     " ms waiting for the other members to reach it");
     }

@@ -93,6 +93,7 @@ class MpiBackend final : public Backend {
   std::unique_ptr<gloo_transport::ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
+  bool request_abandoned_ = false;  // a barrier still pending on comm_ (engine thread only)
   std::mutex abort_mutex_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // guarded by abort_mutex_

@@ -81,6 +81,14 @@ void check_world_size(const RuntimeConfig& config, const MpiWorld& world) {
 }  // namespace
 
 JobTransport open_job(RuntimeConfig config) {
+  if (config.epoch > 0) {
+    // The sets of the first job leave communicators and requests behind
+    // that MPI cannot cancel, and ranks would disagree about them.
+    throw InvalidArgument(
+        "init() after shutdown() is not supported in an MPI job: MPI itself cannot be started twice; keep hora "
+        "initialised for the whole program, or start the job with horarun (Gloo), where init() may follow "
+        "shutdown()");
+  }
   const int provided = initialize_mpi();
   if (config.backend == "mpi" && provided != MPI_THREAD_MULTIPLE) {
     throw InvalidArgument(

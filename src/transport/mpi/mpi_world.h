@@ -37,6 +37,10 @@ class OwnedCommunicator {
   }
   ~OwnedCommunicator();
   MPI_Comm get() const { return comm_; }
+  // Gives the communicator up without freeing it: for one that a request
+  // still pending uses, since MPI_Finalize progresses that request and
+  // crashes if its communicator is gone.
+  void keep_forever() { comm_ = MPI_COMM_NULL; }
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -7,6 +7,7 @@ import torch
 
 import hora.torch as hvd
 from hora.errors import HorovodInternalError
+from checks import raises
 
 hvd.init()
 me = hvd.rank()
@@ -32,14 +33,6 @@ def close(actual, expected, rtol=1e-3):
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=1e-3)
 
 
-def raises(exc, fn, *texts):
-    try:
-        fn()
-    except exc as e:
-        for text in texts:
-            assert text in str(e), f"{text!r} not in {e}"
-        return
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
 
 
 def check_allreduce(ps, ranks):

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import hora.torch as hvd
+from checks import raises
 
 hvd.init()
 me = hvd.rank()
@@ -12,14 +13,6 @@ torch.set_num_threads(1)
 trio = hvd.ProcessSet([1, 2, 3])
 
 
-def raises(exc, fn, *texts):
-    try:
-        fn()
-    except exc as e:
-        for text in texts:
-            assert text in str(e), f"{text!r} not in {e}"
-        return
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
 
 
 # Horovod's join test on the global set: the joined rank contributes zeros,
