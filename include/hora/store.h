@@ -24,6 +24,11 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
 };
 
+// A value that a peer stored as a decimal integer (an id, a tag) read back
+// from `key`; throws Internal naming the key and the value when it is not
+// one, or does not fit in an int32.
+int32_t stored_int32(const std::vector<uint8_t>& value, const std::string& key);
+
 // In-memory store shared by threads of one process (tests, the local backend).
 std::shared_ptr<Store> make_hash_store();
 

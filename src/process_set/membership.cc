@@ -38,8 +38,7 @@ int32_t agree_process_set_id(Store& store, const std::vector<int>& ranks, int my
     store.set(key, std::vector<uint8_t>(text.begin(), text.end()));
     return id;
   }
-  std::vector<uint8_t> value = store.get(key, timeout);
-  return static_cast<int32_t>(std::stoi(std::string(value.begin(), value.end())));
+  return stored_int32(store.get(key, timeout), key);
 }
 
 }  // namespace hora

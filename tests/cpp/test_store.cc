@@ -151,5 +151,19 @@ TEST(PrefixStore, NullBaseIsRejected) {
   EXPECT_THROW(make_prefix_store("p", nullptr), InvalidArgument);
 }
 
+TEST(StoredInt32, ReadsWhatAMemberPublishedAndRefusesAnythingElse) {
+  const auto bytes = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
+  EXPECT_EQ(stored_int32(bytes("42"), "k"), 42);
+  EXPECT_EQ(stored_int32(bytes("-7"), "k"), -7);
+  for (const std::string bad : {"", "4x", " 4", "99999999999", "\xff\xfe", "1.5"}) {
+    try {
+      stored_int32(bytes(bad), "process_sets/[0, 1]/0");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Internal& e) {
+      EXPECT_NE(std::string(e.what()).find("rendezvous key 'process_sets/[0, 1]/0'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hora

@@ -77,7 +77,7 @@ class MpiBackendFactory final : public BackendFactory {
     }
     const std::vector<uint8_t> value =
         get_unless_cancelled(set_store, kTagKey, timeout, cancelled, kCancelPoll, set_name + ": creating the MPI communicator");
-    return std::stoi(std::string(value.begin(), value.end()));
+    return stored_int32(value, kTagKey);
   }
 
   OwnedCommunicator create_communicator(const std::vector<int>& global_ranks, int tag, const std::string& set_name) {
