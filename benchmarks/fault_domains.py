@@ -21,9 +21,7 @@ Not a test: it prints a table.
 """
 
 import argparse
-import json
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -32,7 +30,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-HORA_WORKER = os.path.join(REPO, "tests", "python", "workers", "fault_domains.py")
+TESTS = os.path.join(REPO, "tests", "python")
+HORA_WORKER = os.path.join(TESTS, "workers", "fault_domains.py")
+sys.path.insert(0, TESTS)
+from fault_checks import results_of  # noqa: E402  (the workers' RESULT lines)
 OP_TIMEOUT_SECONDS = 3
 MODES = ("none", "kill", "stop")
 
@@ -94,12 +95,7 @@ def run_once(peer, mode, steps, worker_file):
                    OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_SECONDS), FAULT_STEPS=str(steps), OMP_NUM_THREADS="1")
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO,
                              timeout=120 + 2 * OP_TIMEOUT_SECONDS)
-    results = {}
-    for line in run.stdout.splitlines():
-        match = re.match(r"^\[(\d+)\]:RESULT (.*)$", line)
-        if match:
-            results[int(match.group(1))] = json.loads(match.group(2))
-    return results
+    return results_of(run)
 
 
 def summarise(runs):

@@ -30,12 +30,12 @@ def mpi_unavailable():
 _current_backend = None
 
 
-def horarun(args, np=4, env=None, timeout=120, backend=None):
-    """Runs ``horarun -np N python args...`` (with --mpi for the MPI backend);
-    returns the CompletedProcess. ``backend`` defaults to the running test's
-    (see the `backend` fixture), else Gloo."""
+def horarun(args, np=4, env=None, timeout=120, backend=None, launcher_args=()):
+    """Runs ``horarun [launcher_args] -np N python args...`` (with --mpi for
+    the MPI backend); returns the CompletedProcess. ``backend`` defaults to
+    the running test's (see the `backend` fixture), else Gloo."""
     backend = backend or _current_backend or "gloo"
-    launcher = ["--mpi"] if backend == "mpi" else []
+    launcher = (["--mpi"] if backend == "mpi" else []) + list(launcher_args)
     cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np), sys.executable] + list(args)
     full_env = dict(os.environ)
     full_env.update(env or {})

@@ -7,13 +7,12 @@ Also the stall inspector's warning and shutdown. Timing is asserted only as
 "within the op timeout plus slack"; benchmarks/fault_domains.py measures it.
 """
 
-import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
+from fault_checks import assert_regrouped, assert_untouched, describe, results_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
@@ -31,20 +30,6 @@ def horarun(worker, args, env=None, keep_going=True, np=4, timeout=180):
     full_env = dict(os.environ, HORA_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_SECONDS))
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
-
-
-def results_of(run):
-    """{rank: the RESULT json it printed}."""
-    results = {}
-    for line in run.stdout.splitlines():
-        match = re.match(r"^\[(\d+)\]:RESULT (.*)$", line)
-        if match:
-            results[int(match.group(1))] = json.loads(match.group(2))
-    return results
-
-
-def describe(run):
-    return f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
 
 
 def run_training(mode, outdir):
@@ -91,13 +76,8 @@ def test_a_dead_or_hung_rank_fails_only_its_set(mode, baseline, tmp_path):
         assert "process set 1 [0, 1] is broken" in results[1]["set_failure"]["message"], results[1]
     assert results[0]["removed"] is True
 
-    # B never noticed: same parameters, bit for bit, as without the failure.
-    for rank in (2, 3):
-        assert "set_failure" not in results[rank], results[rank]
-        assert results[rank]["params"] == baseline[rank]["params"]
-    # The survivors of both sets make a new set together.
-    for rank in (0, 2, 3):
-        assert results[rank]["survivors_sum"] == 5.0, results[rank]
+    assert_untouched(results, baseline, (2, 3))
+    assert_regrouped(results, (0, 2, 3))
 
 
 def test_a_rank_in_a_and_the_global_set_keeps_a_working_when_the_global_set_fails(baseline, tmp_path):
