@@ -1,4 +1,5 @@
 // stored_int32: integers that members publish for each other in the store.
+#include <algorithm>
 #include <charconv>
 
 #include "hora/errors.h"
