@@ -24,18 +24,25 @@ std::vector<uint8_t> lookup(Store& store, const std::string& key) {
   }
 }
 
+// The addresses `peer` published for its connections, one per other member
+// in set-rank order (empty if they cannot be read).
+std::vector<std::string> published_addresses(Store& store, int peer) {
+  const std::vector<uint8_t> published = lookup(store, key_of(peer));
+  const std::string text(published.begin(), published.end());
+  std::vector<std::string> lines;
+  size_t begin = 0;
+  for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    lines.push_back(text.substr(begin, end - begin));
+  }
+  return lines;
+}
+
 // Every address by which `peer`'s end of a connection may appear in a Gloo
 // error. Gloo names the peer by its connected socket address, except when
 // the peer connected before this side's connectFullMesh reached the pair:
 // then it names the peer's listening address, from Gloo's rendezvous key.
 std::vector<std::string> addresses_of(Store& store, int peer, int size) {
-  std::vector<std::string> addresses;
-  const std::vector<uint8_t> connected = lookup(store, key_of(peer));
-  std::string text(connected.begin(), connected.end());
-  size_t begin = 0;
-  for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
-    addresses.push_back(text.substr(begin, end - begin));
-  }
+  std::vector<std::string> addresses = published_addresses(store, peer);
   const std::vector<uint8_t> listening = lookup(store, std::string(kGlooKeyPrefix) + "/" + std::to_string(peer));
   const size_t each = size > 1 ? listening.size() / (size - 1) : 0;
   for (size_t offset = 0; each > 0 && offset + each <= listening.size(); offset += each) {
@@ -64,17 +71,10 @@ std::vector<std::string> remote_connection_addresses(Store& store, int rank, int
   std::vector<std::string> remote(size);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    const std::vector<uint8_t> published = lookup(store, key_of(peer));
-    const std::string text(published.begin(), published.end());
     // The peer lists its connections in set-rank order, skipping itself.
-    int line = rank < peer ? rank : rank - 1;
-    size_t begin = 0;
-    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
-      if (line-- == 0) {
-        remote[peer] = text.substr(begin, end - begin);
-        break;
-      }
-    }
+    const std::vector<std::string> lines = published_addresses(store, peer);
+    const size_t line = rank < peer ? rank : rank - 1;
+    if (line < lines.size()) remote[peer] = lines[line];
   }
   return remote;
 }
