@@ -56,20 +56,54 @@ void shutdown() {
   done.reset();
 }
 
-std::shared_ptr<Work> enqueue(int32_t set_id, int op, const std::string& name, const Array& input,
-                              std::optional<Array> output, int reduce_op, int root, double prescale,
+std::shared_ptr<Work> enqueue(int32_t set_id, OpType op, const std::string& name, const Array& input,
+                              std::optional<Array> output, ReduceOp reduce_op, int root, double prescale,
                               double postscale, const std::vector<int64_t>& splits) {
   OpArgs args;
-  args.op = static_cast<OpType>(op);
+  args.op = op;
   args.name = name;
   args.input = to_view(input, "input");
   if (output) args.output = to_view(*output, "output");
-  args.reduce_op = static_cast<ReduceOp>(reduce_op);
+  args.reduce_op = reduce_op;
   args.root = root;
   args.prescale = prescale;
   args.postscale = postscale;
   args.splits = splits;
   return current().enqueue(set_id, std::move(args));
+}
+
+// The wire enums as Python enums. Arithmetic (IntEnum-like): a plain int of
+// a valid value converts implicitly where a member is expected.
+void register_enums(nb::module_& m) {
+  static_assert(kNumDataTypes == 11 && kNumReduceOps == 6 && kNumOpTypes == 7,
+                "register every value of the wire enums below");
+  nb::enum_<DataType>(m, "DataType", nb::is_arithmetic())
+      .value("UINT8", DataType::kUInt8)
+      .value("INT8", DataType::kInt8)
+      .value("UINT16", DataType::kUInt16)
+      .value("INT16", DataType::kInt16)
+      .value("INT32", DataType::kInt32)
+      .value("INT64", DataType::kInt64)
+      .value("FLOAT16", DataType::kFloat16)
+      .value("BFLOAT16", DataType::kBFloat16)
+      .value("FLOAT32", DataType::kFloat32)
+      .value("FLOAT64", DataType::kFloat64)
+      .value("BOOL", DataType::kBool);
+  nb::enum_<ReduceOp>(m, "ReduceOp", nb::is_arithmetic())
+      .value("SUM", ReduceOp::kSum)
+      .value("AVERAGE", ReduceOp::kAverage)
+      .value("MIN", ReduceOp::kMin)
+      .value("MAX", ReduceOp::kMax)
+      .value("PRODUCT", ReduceOp::kProduct)
+      .value("ADASUM", ReduceOp::kAdasum);
+  nb::enum_<OpType>(m, "OpType", nb::is_arithmetic())
+      .value("ALLREDUCE", OpType::kAllreduce)
+      .value("ALLGATHER", OpType::kAllgather)
+      .value("BROADCAST", OpType::kBroadcast)
+      .value("ALLTOALL", OpType::kAlltoall)
+      .value("REDUCESCATTER", OpType::kReducescatter)
+      .value("BARRIER", OpType::kBarrier)
+      .value("JOIN", OpType::kJoin);
 }
 
 void register_errors(nb::module_& m) {
@@ -90,15 +124,15 @@ void register_errors(nb::module_& m) {
 }  // namespace
 
 NB_MODULE(_core, m) {
+  register_enums(m);
   register_errors(m);
 
   nb::class_<Work>(m, "Work")
       .def("ready", &Work::ready)
       .def("wait", &Work::wait, nb::call_guard<nb::gil_scoped_release>())
       .def("received_splits", &Work::received_splits);
-  m.def("output", [](const std::shared_ptr<Work>& work, int dtype) {
-    return output_array(work, static_cast<DataType>(dtype));
-  });
+  m.def("output", [](const std::shared_ptr<Work>& work, DataType dtype) { return output_array(work, dtype); },
+        "work"_a, "dtype"_a);
 
   m.def("init", &init, "process_sets"_a, "mpi_communicator"_a.none() = nb::none(),
         "mpi_world_ranks"_a = std::vector<int>{});
@@ -125,7 +159,12 @@ NB_MODULE(_core, m) {
       nb::gil_scoped_release release;
       set = rt.add_process_set(ranks);
     }
-    return set_tuple(set);
+    return nb::make_tuple(set.id, set.ranks, set.rank, set.generation);
+  });
+  m.def("process_set_id", [](const std::vector<int>& ranks, int generation) {
+    Runtime& rt = current();
+    nb::gil_scoped_release release;
+    return rt.process_set_id(ranks, generation);
   });
   m.def("remove_process_set", [](int32_t id) {
     Runtime& rt = current();

@@ -15,6 +15,8 @@ DataType to_dtype(nb::dlpack::dtype t, const char* which) {
   if (t.lanes == 1) {
     if (code == Code::UInt && t.bits == 8) return DataType::kUInt8;
     if (code == Code::Int && t.bits == 8) return DataType::kInt8;
+    if (code == Code::UInt && t.bits == 16) return DataType::kUInt16;
+    if (code == Code::Int && t.bits == 16) return DataType::kInt16;
     if (code == Code::Int && t.bits == 32) return DataType::kInt32;
     if (code == Code::Int && t.bits == 64) return DataType::kInt64;
     if (code == Code::Float && t.bits == 16) return DataType::kFloat16;
@@ -24,8 +26,8 @@ DataType to_dtype(nb::dlpack::dtype t, const char* which) {
     if (code == Code::Bool && t.bits == 8) return DataType::kBool;
   }
   throw InvalidArgument(std::string(which) + " has an unsupported dtype (code " + std::to_string(t.code) + ", " +
-                        std::to_string(t.bits) + " bits); supported: uint8, int8, int32, int64, float16, "
-                        "bfloat16, float32, float64, bool");
+                        std::to_string(t.bits) + " bits); supported: uint8, int8, uint16, int16, int32, "
+                        "int64, float16, bfloat16, float32, float64, bool");
 }
 
 nb::dlpack::dtype to_dlpack(DataType dtype) {
@@ -36,6 +38,8 @@ nb::dlpack::dtype to_dlpack(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8: return make(Code::UInt, 8);
     case DataType::kInt8: return make(Code::Int, 8);
+    case DataType::kUInt16: return make(Code::UInt, 16);
+    case DataType::kInt16: return make(Code::Int, 16);
     case DataType::kInt32: return make(Code::Int, 32);
     case DataType::kInt64: return make(Code::Int, 64);
     case DataType::kFloat16: return make(Code::Float, 16);

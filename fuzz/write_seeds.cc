@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   hora::Request a2a = request("a2a", OpType::kAlltoall, {6});
   a2a.splits = {1, 2, 3};
   member.requests.push_back(a2a);
+  member.requests.push_back(request(kJoinName, OpType::kJoin, {}));
   member.cached_slots = {0, 3, 9};
   write(wire, "member", encode(member));
   write(wire, "member_empty", encode(MemberMessage{}));
@@ -63,6 +64,20 @@ int main(int argc, char** argv) {
   gather.sizes = {1, 2};
   gather.error = "mismatch";
   coordinator.responses.push_back(gather);
+  Response described;  // while a member has joined
+  described.op = OpType::kAllreduce;
+  described.names = {"j"};
+  described.slots = {-1};
+  described.cache = {1};
+  described.requests = {request("j", OpType::kAllreduce, {4})};
+  coordinator.responses.push_back(described);
+  Response join;
+  join.op = OpType::kJoin;
+  join.names = {kJoinName};
+  join.slots = {-1};
+  join.cache = {0};
+  join.sizes = {2};
+  coordinator.responses.push_back(join);
   write(wire, "coordinator", encode(coordinator));
   write(wire, "verdict", encode(FailureMessage{FailureMessage::Stage::kVerdict, {1, 3}, "rank 1 died"}));
   write(wire, "probe", encode(FailureMessage{FailureMessage::Stage::kProbe, {}, "why"}));

@@ -11,6 +11,7 @@ struct ProcessSet {
   int32_t id = -1;
   std::vector<int> ranks;  // sorted global ranks
   int rank = -1;           // this process's rank within the set, -1 if not a member
+  int generation = 0;      // sets over these ranks this rank added before this one (dynamic sets)
 
   bool included() const { return rank >= 0; }
   int size() const { return static_cast<int>(ranks.size()); }

@@ -54,9 +54,16 @@ class Runtime {
   int rank() const { return config_.rank; }
   int size() const { return config_.size; }
 
-  // Registers a set over `ranks`; only its members block (until every member
-  // has called it). A non-member gets the set back with id -1 at once.
+  // Registers a set over `ranks`; only its members block (until the lowest
+  // member has called it). A non-member gets the set back at once with id -1
+  // and its generation; process_set_id(ranks, generation) reads the id later.
+  // Ids are computed by the set's lowest member (see
+  // src/process_set/membership.h): the same on every run, never reused.
   ProcessSet add_process_set(std::vector<int> ranks);
+  // The id of the `generation`-th set over `ranks` that the members agreed
+  // on, for a non-member that added it too; blocks until the set's lowest
+  // member has published it (Timeout after config().timeout).
+  int32_t process_set_id(const std::vector<int>& ranks, int generation) const;
   // Members: waits until every member has called it, then stops the set.
   // False for the global set, a non-member, or an id not registered here.
   bool remove_process_set(int32_t id);
@@ -65,7 +72,11 @@ class Runtime {
   std::vector<ProcessSet> process_sets() const;
 
   // Validates (InvalidArgument naming what is wrong) and queues an op on set
-  // `id`; this rank must be a member.
+  // `id`; this rank must be a member. A join (OpType::kJoin, no tensor)
+  // completes once every member has joined; its Work's output is one int32,
+  // the global rank of the member that joined last. Until then this rank
+  // takes part in the other members' allreduces with zeros and may submit
+  // nothing else to the set (InvalidArgument).
   std::shared_ptr<Work> enqueue(int32_t id, OpArgs args);
 
   // Stops every set; later calls throw InvalidArgument. Idempotent.

@@ -18,19 +18,24 @@ enum class DataType : uint8_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kUInt16 = 9,
+  kInt16 = 10,
 };
-inline constexpr int kNumDataTypes = 9;
+inline constexpr int kNumDataTypes = 11;
 
 // Reduction applied by allreduce and reducescatter. Average is Sum followed by
-// a division by the process set's size. Values are part of the wire format.
+// a division by the process set's size. Adasum (allreduce only, float types,
+// sets whose size is a power of two) combines the members' vectors pairwise
+// by Horovod's adaptive summation rule. Values are part of the wire format.
 enum class ReduceOp : uint8_t {
   kSum = 0,
   kAverage = 1,
   kMin = 2,
   kMax = 3,
   kProduct = 4,
+  kAdasum = 5,
 };
-inline constexpr int kNumReduceOps = 5;
+inline constexpr int kNumReduceOps = 6;
 
 // Collective operations. Values are part of the wire format.
 enum class OpType : uint8_t {
@@ -40,8 +45,9 @@ enum class OpType : uint8_t {
   kAlltoall = 3,
   kReducescatter = 4,
   kBarrier = 5,
+  kJoin = 6,  // this member is done; it takes part in the others' ops until all have joined
 };
-inline constexpr int kNumOpTypes = 6;
+inline constexpr int kNumOpTypes = 7;
 const char* op_type_name(OpType op);
 
 // Size in bytes of one element of `dtype`.

@@ -20,7 +20,8 @@ class Work {
   // Blocks until done; rethrows the op's error.
   void wait() const;
 
-  // Outputs the core allocated (allgather, alltoall): valid once done.
+  // Outputs the core allocated (allgather, alltoall; join: one int32, the
+  // global rank of the member that joined last): valid once done.
   const std::byte* output_data() const { return output_.get(); }
   size_t output_bytes() const { return output_bytes_; }
   const std::vector<int64_t>& output_shape() const { return output_shape_; }

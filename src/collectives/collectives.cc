@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "collectives/adasum.h"
 #include "core/reduce.h"
 #include "hora/errors.h"
 
@@ -21,11 +22,25 @@ double final_scale(const AllreduceOptions& options, int size) {
   return options.op == ReduceOp::kAverage ? options.postscale / size : options.postscale;
 }
 
-void reduce_in_place(Backend& backend, std::byte* data, size_t count, const AllreduceOptions& options) {
+// Scales, reduces across the set, scales again. `counts` are the element
+// counts of the tensors packed in `data`; `scratch` is the Adasum's
+// (adasum_scratch_bytes), unused by the other reductions.
+void reduce_in_place(Backend& backend, std::byte* data, const std::vector<size_t>& counts,
+                     const AllreduceOptions& options, std::byte* scratch) {
+  size_t count = 0;
+  for (size_t c : counts) count += c;
   if (options.prescale != 1.0) scale_buffer(data, count, options.dtype, options.prescale);
-  if (backend.size() > 1) backend.allreduce(data, count, options.dtype, wire_op(options.op));
+  if (options.op == ReduceOp::kAdasum) {
+    adasum_in_place(backend, data, counts, options.dtype, scratch);
+  } else if (backend.size() > 1) {
+    backend.allreduce(data, count, options.dtype, wire_op(options.op));
+  }
   double scale = final_scale(options, backend.size());
   if (scale != 1.0) scale_buffer(data, count, options.dtype, scale);
+}
+
+size_t scratch_bytes(const AllreduceOptions& options, size_t count) {
+  return options.op == ReduceOp::kAdasum ? adasum_scratch_bytes(count, options.dtype) : 0;
 }
 
 }  // namespace
@@ -37,23 +52,30 @@ std::byte* FusionBuffer::reserve(size_t bytes) {
 
 void allreduce(Backend& backend, const std::vector<AllreducePart>& parts, const AllreduceOptions& options,
                FusionBuffer& fusion) {
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (const AllreducePart& part : parts) {
+    counts.push_back(static_cast<size_t>(part.input.num_elements()));
+    total += part.input.byte_size();
+  }
+  const size_t scratch = scratch_bytes(options, total / dtype_size(options.dtype));
   if (parts.size() == 1) {
     const AllreducePart& part = parts.front();
     if (part.output.data != part.input.data) std::memcpy(part.output.data, part.input.data, part.input.byte_size());
-    reduce_in_place(backend, static_cast<std::byte*>(part.output.data),
-                    static_cast<size_t>(part.input.num_elements()), options);
+    reduce_in_place(backend, static_cast<std::byte*>(part.output.data), counts, options,
+                    scratch > 0 ? fusion.reserve(scratch) : nullptr);
     return;
   }
-  // Fused: pack every input into the fusion buffer, reduce once, unpack.
-  size_t total = 0;
-  for (const AllreducePart& part : parts) total += part.input.byte_size();
-  std::byte* packed = fusion.reserve(total);
+  // Fused: pack every input into the fusion buffer (the scratch space follows
+  // it, aligned for any element type), reduce once, unpack.
+  const size_t packed_bytes = (total + 15) / 16 * 16;
+  std::byte* packed = fusion.reserve(packed_bytes + scratch);
   size_t offset = 0;
   for (const AllreducePart& part : parts) {
     std::memcpy(packed + offset, part.input.data, part.input.byte_size());
     offset += part.input.byte_size();
   }
-  reduce_in_place(backend, packed, total / dtype_size(options.dtype), options);
+  reduce_in_place(backend, packed, counts, options, packed + packed_bytes);
   offset = 0;
   for (const AllreducePart& part : parts) {
     std::memcpy(part.output.data, packed + offset, part.input.byte_size());
@@ -116,10 +138,11 @@ std::pair<int64_t, int64_t> reducescatter_block(int64_t rows, int size, int rank
 
 void reducescatter(Backend& backend, const TensorView& input, const TensorView& output,
                    const AllreduceOptions& options, FusionBuffer& fusion) {
+  if (options.op == ReduceOp::kAdasum) throw InvalidArgument("reducescatter does not support the Adasum reduction");
   const size_t total = input.byte_size();
   std::byte* staged = fusion.reserve(total);
   std::memcpy(staged, input.data, total);
-  reduce_in_place(backend, staged, static_cast<size_t>(input.num_elements()), options);
+  reduce_in_place(backend, staged, {static_cast<size_t>(input.num_elements())}, options, nullptr);
   auto [first, count] = reducescatter_block(input.shape.empty() ? 1 : input.shape[0], backend.size(), backend.rank());
   const size_t row = row_bytes(input);
   std::memcpy(output.data, staged + static_cast<size_t>(first) * row, static_cast<size_t>(count) * row);

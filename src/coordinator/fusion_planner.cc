@@ -5,6 +5,8 @@ namespace {
 
 bool fusable(const Response& r) { return r.op == OpType::kAllreduce && r.error.empty(); }
 
+// Adasum fuses only with Adasum (it combines each fused tensor with
+// coefficients of its own), as every reduction only with its own kind.
 bool same_kind(const Request& a, const Request& b) {
   return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
          a.postscale == b.postscale;

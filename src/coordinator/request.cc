@@ -10,6 +10,7 @@ const char* op_type_name(OpType op) {
     case OpType::kAlltoall: return "alltoall";
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
+    case OpType::kJoin: return "join";
   }
   return "unknown";
 }

@@ -28,6 +28,10 @@ struct Request {
   bool operator==(const Request&) const = default;
 };
 
+// The name every member's join op carries in its own queue and in the
+// response that completes it (the caller's name for a join is not used).
+inline constexpr const char* kJoinName = "hora.join";
+
 // The coordinator's decision: run these ops (several only for a fused
 // allreduce), or fail them with `error`. Every member receives the same
 // sequence of responses and executes it in order.
@@ -36,11 +40,15 @@ struct Response {
   std::vector<std::string> names;
   std::string error;            // non-empty: the ops fail with a Mismatch
   std::vector<int64_t> sizes;   // allgather: first dims per member;
-                                // alltoall: n*n rows, [sender * n + receiver]
+                                // alltoall: n*n rows, [sender * n + receiver];
+                                // join: {global rank of the member that joined last}
   std::vector<uint8_t> cache;   // per name: 1 = both sides store it in the
                                 // response cache under the next free slot
   std::vector<int32_t> slots;   // wire form, per name: the cache slot it is
                                 // sent as, or -1 when sent by name
+  std::vector<Request> requests;  // per name when some member joined without
+                                  // submitting it (it takes part with a stand-in
+                                  // built from these); empty otherwise
 };
 
 }  // namespace hora

@@ -7,7 +7,7 @@
 // the capacity is reached nothing more is cached, so a slot is never reused
 // and a member's cache is always a prefix of the coordinator's. Only ops
 // whose request is identical on every member are cached (allreduce,
-// broadcast, reducescatter, barrier). Not thread-safe: one engine thread.
+// broadcast, reducescatter, barrier; never join). Not thread-safe: one engine thread.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,9 @@ class ResponseCache {
  public:
   explicit ResponseCache(size_t capacity) : capacity_(capacity) {}
 
-  static bool cacheable(OpType op) { return op != OpType::kAllgather && op != OpType::kAlltoall; }
+  static bool cacheable(OpType op) {
+    return op != OpType::kAllgather && op != OpType::kAlltoall && op != OpType::kJoin;
+  }
 
   // The slot holding a request equal to `q`, or -1.
   int32_t lookup(const Request& q) const;

@@ -32,6 +32,15 @@ TensorEntry TensorQueue::take(const std::string& name) {
   return entry;
 }
 
+std::optional<TensorEntry> TensorQueue::try_take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pending_.find(name);
+  if (it == pending_.end()) return std::nullopt;
+  TensorEntry entry = std::move(it->second);
+  pending_.erase(it);
+  return entry;
+}
+
 std::vector<TensorEntry> TensorQueue::take_all() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<TensorEntry> out;
@@ -50,7 +59,7 @@ std::optional<std::chrono::steady_clock::time_point> TensorQueue::oldest_submiss
   std::lock_guard<std::mutex> lock(mutex_);
   std::optional<std::chrono::steady_clock::time_point> oldest;
   for (const auto& [name, entry] : pending_)
-    if (!oldest || entry.submitted < *oldest) oldest = entry.submitted;
+    if (entry.request.op != OpType::kJoin && (!oldest || entry.submitted < *oldest)) oldest = entry.submitted;
   return oldest;
 }
 

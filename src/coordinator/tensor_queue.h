@@ -24,6 +24,7 @@ struct TensorEntry {
   TensorView output;  // caller memory for allreduce, broadcast, reducescatter
   std::shared_ptr<Work> work;
   std::chrono::steady_clock::time_point submitted{};
+  bool stand_in = false;  // a joined member's share of an op it did not submit
 };
 
 class TensorQueue {
@@ -34,10 +35,13 @@ class TensorQueue {
   std::vector<Request> take_new();
   // Removes and returns the pending entry `name`; throws Internal if absent.
   TensorEntry take(const std::string& name);
+  // The same, or nullopt when `name` is not pending.
+  std::optional<TensorEntry> try_take(const std::string& name);
   // Removes and returns every pending entry.
   std::vector<TensorEntry> take_all();
   bool empty() const;
-  // When the longest-pending entry was submitted; nullopt when none is.
+  // When the longest-pending entry was submitted; nullopt when none is. A
+  // join is not counted: it waits as long as the other members keep working.
   std::optional<std::chrono::steady_clock::time_point> oldest_submission() const;
 
  private:

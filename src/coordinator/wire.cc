@@ -151,6 +151,8 @@ void put_response(Writer& w, const Response& s) {
   w.put_string(s.error.size() > kMaxString ? s.error.substr(0, kMaxString) : s.error);
   w.put_vector(s.sizes);
   w.put_vector(s.cache);
+  w.put<uint32_t>(static_cast<uint32_t>(s.requests.size()));
+  for (const Request& q : s.requests) put_request(w, q);
 }
 
 Response get_response(Reader& r) {
@@ -169,6 +171,10 @@ Response get_response(Reader& r) {
   s.sizes = r.get_vector<int64_t>("response sizes");
   s.cache = r.get_vector<uint8_t>("response cache flags");
   if (s.cache.size() != n) r.fail("response cache flags", "count differs from name count");
+  uint32_t described = r.get<uint32_t>("response request count");
+  if (described != 0 && described != n)
+    r.fail("response request count", std::to_string(described) + " requests for " + std::to_string(n) + " names");
+  for (uint32_t i = 0; i < described; ++i) s.requests.push_back(get_request(r));
   return s;
 }
 

@@ -4,7 +4,8 @@
 // never reads out of bounds.
 //
 // Every message starts with the same header: magic "HR" (u16), version (u8),
-// kind (u8). Version 2 added the failure messages (kind 3).
+// kind (u8). Version 2 added the failure messages (kind 3); version 3 the
+// requests a response carries for joined members, and the join op.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@
 
 namespace hora {
 
-inline constexpr uint8_t kWireVersion = 2;
+inline constexpr uint8_t kWireVersion = 3;
 
 // The longest string a message carries (request names, error texts).
 inline constexpr uint32_t kMaxWireString = 64 * 1024;

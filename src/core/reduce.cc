@@ -57,14 +57,19 @@ struct Bool {
 
 // Integer sums and products wrap around (two's complement) like the
 // framework tensors they come from, instead of being undefined behaviour.
+// They run in an unsigned type at least as wide as int: 16-bit operands
+// would otherwise be promoted to (signed) int, where 65535 * 65535
+// overflows.
 template <typename T>
 constexpr bool kWrapsAround = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <typename T>
+using Wrapping = std::make_unsigned_t<std::common_type_t<T, int>>;
 
 struct SumOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (kWrapsAround<T>) {
-      using U = std::make_unsigned_t<T>;
+      using U = Wrapping<T>;
       return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
     } else if constexpr (std::is_same_v<T, bool>) {
       return a || b;
@@ -78,7 +83,7 @@ struct ProductOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (kWrapsAround<T>) {
-      using U = std::make_unsigned_t<T>;
+      using U = Wrapping<T>;
       return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
     } else if constexpr (std::is_same_v<T, bool>) {
       return a && b;
@@ -133,6 +138,8 @@ void reduce_element(void* inout, const void* in, size_t count, ReduceOp op) {
       return combine<MaxOp, Element>(out, src, count);
     case ReduceOp::kProduct:
       return combine<ProductOp, Element>(out, src, count);
+    case ReduceOp::kAdasum:
+      throw Internal("Adasum is not an element-wise reduction; collectives/adasum.h runs it");
   }
   throw Internal("unknown ReduceOp " + std::to_string(static_cast<int>(op)));
 }
@@ -179,6 +186,8 @@ void reduce_into(void* inout, const void* in, size_t count, DataType dtype, Redu
   switch (dtype) {
     case DataType::kUInt8: return reduce_element<Plain<uint8_t>>(inout, in, count, op);
     case DataType::kInt8: return reduce_element<Plain<int8_t>>(inout, in, count, op);
+    case DataType::kUInt16: return reduce_element<Plain<uint16_t>>(inout, in, count, op);
+    case DataType::kInt16: return reduce_element<Plain<int16_t>>(inout, in, count, op);
     case DataType::kInt32: return reduce_element<Plain<int32_t>>(inout, in, count, op);
     case DataType::kInt64: return reduce_element<Plain<int64_t>>(inout, in, count, op);
     case DataType::kFloat16: return reduce_element<Float16>(inout, in, count, op);
@@ -194,6 +203,8 @@ void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kUInt8: return scale_integer<uint8_t>(buf, count, factor);
     case DataType::kInt8: return scale_integer<int8_t>(buf, count, factor);
+    case DataType::kUInt16: return scale_integer<uint16_t>(buf, count, factor);
+    case DataType::kInt16: return scale_integer<int16_t>(buf, count, factor);
     case DataType::kInt32: return scale_integer<int32_t>(buf, count, factor);
     case DataType::kInt64: return scale_integer<int64_t>(buf, count, factor);
     case DataType::kFloat16: return scale_float<Float16>(buf, count, factor);

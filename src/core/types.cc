@@ -20,6 +20,8 @@ size_t dtype_size(DataType dtype) {
     case DataType::kInt8:
     case DataType::kBool:
       return 1;
+    case DataType::kUInt16:
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return 2;
@@ -37,6 +39,8 @@ std::string_view dtype_name(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8: return "uint8";
     case DataType::kInt8: return "int8";
+    case DataType::kUInt16: return "uint16";
+    case DataType::kInt16: return "int16";
     case DataType::kInt32: return "int32";
     case DataType::kInt64: return "int64";
     case DataType::kFloat16: return "float16";
@@ -55,6 +59,7 @@ std::string_view reduce_op_name(ReduceOp op) {
     case ReduceOp::kMin: return "Min";
     case ReduceOp::kMax: return "Max";
     case ReduceOp::kProduct: return "Product";
+    case ReduceOp::kAdasum: return "Adasum";
   }
   throw_unknown("ReduceOp", static_cast<int>(op));
 }

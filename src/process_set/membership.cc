@@ -1,7 +1,7 @@
 #include "process_set/membership.h"
 
 #include <algorithm>
-#include <string>
+#include <limits>
 
 #include "hora/errors.h"
 #include "hora/process_set.h"
@@ -29,16 +29,40 @@ std::vector<int> validate_ranks(std::vector<int> ranks, int world_size) {
   return ranks;
 }
 
-int32_t agree_process_set_id(Store& store, const std::vector<int>& ranks, int my_global_rank, int generation,
-                             int32_t first_dynamic_id, std::chrono::milliseconds timeout) {
-  std::string key = "process_sets/" + ranks_string(ranks) + "/" + std::to_string(generation);
-  if (my_global_rank == ranks.front()) {
-    auto id = static_cast<int32_t>(first_dynamic_id - 1 + store.add("process_sets/counter", 1));
-    std::string text = std::to_string(id);
-    store.set(key, std::vector<uint8_t>(text.begin(), text.end()));
-    return id;
+int32_t dynamic_process_set_id(int32_t first_dynamic_id, int world_size, int lowest_rank, int64_t sequence) {
+  if (world_size <= 0 || lowest_rank < 0 || lowest_rank >= world_size || sequence < 0 || first_dynamic_id < 1)
+    throw InvalidArgument("no process set id for rank " + std::to_string(lowest_rank) + " of " +
+                          std::to_string(world_size) + ", sequence " + std::to_string(sequence) +
+                          ", first id " + std::to_string(first_dynamic_id));
+  const int64_t limit = std::numeric_limits<int32_t>::max();
+  if (sequence > (limit - first_dynamic_id - lowest_rank) / world_size)
+    throw InvalidArgument("rank " + std::to_string(lowest_rank) + " has created " + std::to_string(sequence) +
+                          " process sets as their lowest member; no process set ids remain for it");
+  return static_cast<int32_t>(first_dynamic_id + sequence * world_size + lowest_rank);
+}
+
+std::string process_set_id_key(const std::vector<int>& ranks, int generation) {
+  return "process_sets/" + ranks_string(ranks) + "/" + std::to_string(generation);
+}
+
+void publish_process_set_id(Store& store, const std::vector<int>& ranks, int generation, int32_t id) {
+  std::string text = std::to_string(id);
+  store.set(process_set_id_key(ranks, generation), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, int generation,
+                                 std::chrono::milliseconds timeout) {
+  std::string key = process_set_id_key(ranks, generation);
+  std::vector<uint8_t> value;
+  try {
+    value = store.get(key, timeout);
+  } catch (const Timeout&) {
+    throw Timeout("the id of process set " + ranks_string(ranks) + " (set number " + std::to_string(generation + 1) +
+                  " over these ranks) was not published by its lowest member, rank " + std::to_string(ranks.front()) +
+                  ", within " + std::to_string(timeout.count()) +
+                  " ms: did every member call add_process_set for it?");
   }
-  return stored_int32(store.get(key, timeout), key);
+  return stored_int32(value, key);
 }
 
 }  // namespace hora

@@ -1,14 +1,22 @@
 // The membership protocol: how the members of a new process set, and only
-// they, agree on its id.
+// they, agree on its id, and how any rank reads it afterwards.
 //
-// The set's lowest rank draws the next id from a counter in the rendezvous
-// store and publishes it under a key made of the ranks and a generation
-// number (how many sets over exactly these ranks this rank has created
-// before); the other members wait for that key. Non-members take no part.
+// The set's lowest member computes the id from what it alone knows: its own
+// rank and how many sets it has created as their lowest member before
+// (dynamic_process_set_id). It publishes the id under a key made of the
+// ranks and a generation number (how many sets over exactly these ranks this
+// rank has added before); the other members, and non-members that want the
+// id, read that key. Non-members take no part in creating the set.
+//
+// The id is therefore the same on every run of the same program, whatever
+// order sets are created in by different lowest members, and two sets never
+// share an id: different lowest members have different residues modulo the
+// world size, and one lowest member never repeats its count.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hora/store.h"
@@ -19,9 +27,24 @@ namespace hora {
 // empty list, a negative or too large rank, or a duplicate.
 std::vector<int> validate_ranks(std::vector<int> ranks, int world_size);
 
-// Called by every member with the same arguments; returns the same id on all.
-// Ids start at `first_dynamic_id` and are never reused within the job.
-int32_t agree_process_set_id(Store& store, const std::vector<int>& ranks, int my_global_rank, int generation,
-                             int32_t first_dynamic_id, std::chrono::milliseconds timeout);
+// The id of the set that `lowest_rank` creates as the `sequence`-th (from 0)
+// set whose lowest member it is:
+//   first_dynamic_id + sequence * world_size + lowest_rank.
+// Throws InvalidArgument when that id does not fit in an int32 (the rank has
+// created more sets than ids remain).
+int32_t dynamic_process_set_id(int32_t first_dynamic_id, int world_size, int lowest_rank, int64_t sequence);
+
+// The store key under which the lowest member of the `generation`-th set over
+// `ranks` (sorted) publishes its id.
+std::string process_set_id_key(const std::vector<int>& ranks, int generation);
+
+// The lowest member: publishes `id` for the other members and non-members.
+void publish_process_set_id(Store& store, const std::vector<int>& ranks, int generation, int32_t id);
+
+// Anyone: the id the lowest member published for the `generation`-th set
+// over `ranks`, waiting up to `timeout` for it. Throws Timeout naming the set
+// and its lowest rank when it is not published in time.
+int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, int generation,
+                                 std::chrono::milliseconds timeout);
 
 }  // namespace hora

@@ -39,6 +39,11 @@ int ProcessSetTable::next_generation(const std::vector<int>& ranks) {
   return generations_[ranks]++;
 }
 
+int64_t ProcessSetTable::next_lowest_member_sequence() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lowest_member_sequence_++;
+}
+
 std::vector<int32_t> ProcessSetTable::ids() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<int32_t> out;

@@ -1,9 +1,11 @@
 // ProcessSetTable: the process sets this rank has registered, the ids it has
 // seen removed (ids are never reused, so a stale id is reported as removed),
-// and how many sets over each rank list it has created (the generation used
-// by the membership protocol). Thread-safe.
+// how many sets over each rank list it has added (the generation used by the
+// membership protocol) and how many sets it has created as their lowest
+// member (the sequence its ids are computed from). Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -24,6 +26,9 @@ class ProcessSetTable {
   bool erase(int32_t id);
   // Returns the generation for a new set over `ranks` and counts it.
   int next_generation(const std::vector<int>& ranks);
+  // Returns how many sets this rank has created as their lowest member, and
+  // counts one more.
+  int64_t next_lowest_member_sequence();
   std::vector<int32_t> ids() const;
 
  private:
@@ -31,6 +36,7 @@ class ProcessSetTable {
   std::map<int32_t, ProcessSet> sets_;
   std::set<int32_t> removed_;
   std::map<std::vector<int>, int> generations_;
+  int64_t lowest_member_sequence_ = 0;
 };
 
 }  // namespace hora

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "collectives/adasum.h"
 #include "collectives/collectives.h"
 #include "coordinator/wire.h"
 #include "hora/errors.h"
@@ -32,7 +33,23 @@ void check_output(const OpArgs& args, int64_t expected_elements) {
                       std::to_string(expected_elements));
 }
 
-void check_reduction(const OpArgs& args) {
+// Adasum reduces float tensors on sets whose size is a power of two, in
+// allreduce only (as in Horovod).
+void check_adasum(const ProcessSet& set, const OpArgs& args) {
+  if (args.op != OpType::kAllreduce) invalid(args, "the Adasum reduction is supported by allreduce only");
+  if (!adasum_supports(args.input.dtype))
+    invalid(args, "Adasum supports float16, bfloat16, float32 and float64 tensors, not " +
+                      std::string(dtype_name(args.input.dtype)));
+  const int size = set.size();
+  if ((size & (size - 1)) != 0)
+    invalid(args, "Adasum needs a process set whose size is a power of two, but process set " +
+                      std::to_string(set.id) + " has " + std::to_string(size) + " ranks");
+}
+
+void check_reduction(const ProcessSet& set, const OpArgs& args) {
+  if (!is_valid_reduce_op(static_cast<uint8_t>(args.reduce_op)))
+    invalid(args, "unknown reduce op " + std::to_string(static_cast<int>(args.reduce_op)));
+  if (args.reduce_op == ReduceOp::kAdasum) check_adasum(set, args);
   if (args.input.dtype != DataType::kBool) return;
   if (args.prescale != 1.0 || args.postscale != 1.0) invalid(args, "scale factors are not supported for bool tensors");
   if (args.reduce_op == ReduceOp::kAverage) invalid(args, "Average is not supported for bool tensors");
@@ -69,7 +86,7 @@ Request make_request(const ProcessSet& set, OpArgs& args) {
   Request q;
   q.name = args.name;
   q.op = args.op;
-  if (args.op == OpType::kBarrier) return q;
+  if (args.op == OpType::kBarrier || args.op == OpType::kJoin) return q;  // no tensor
   check_tensor(args, args.input, "input");
   q.dtype = args.input.dtype;
   q.shape = args.input.shape;
@@ -79,7 +96,7 @@ Request make_request(const ProcessSet& set, OpArgs& args) {
   switch (args.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter: {
-      check_reduction(args);
+      check_reduction(set, args);
       q.reduce_op = args.reduce_op;
       q.prescale = args.prescale;
       q.postscale = args.postscale;
@@ -107,6 +124,7 @@ Request make_request(const ProcessSet& set, OpArgs& args) {
       break;
     case OpType::kAllgather:
     case OpType::kBarrier:
+    case OpType::kJoin:
       break;
   }
   return q;

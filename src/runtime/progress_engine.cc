@@ -1,6 +1,8 @@
 #include "runtime/progress_engine.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "hora/errors.h"
 #include "util/log.h"
@@ -42,17 +44,50 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (stopping_) throw InvalidArgument(stop_reason_);
-    if (request.name.empty())
-      request.name = std::string(op_type_name(request.op)) + ".noname." +
-                     std::to_string(++noname_counters_[request.op]);
     if (broken_) {
       work->fail(broken_);
       return work;
     }
+    const bool join = request.op == OpType::kJoin;
+    if (joined_)
+      throw InvalidArgument("this rank called join() on process set " + std::to_string(options_.process_set_id) +
+                            (join ? " already" : " and may not submit " + std::string(op_type_name(request.op)) +
+                                                     (request.name.empty() ? "" : " '" + request.name + "'")) +
+                            "; join() returns once every member has joined");
+    if (join)
+      request.name = kJoinName;
+    else if (request.name.empty())
+      request.name = std::string(op_type_name(request.op)) + ".noname." +
+                     std::to_string(++noname_counters_[request.op]);
+    claim_name(request, work);
     queue_.push(TensorEntry{std::move(request), std::move(input), std::move(output), work, Clock::now()});
+    joined_ = join;
   }
   wake();
   return work;
+}
+
+// Called with state_mutex_ held. The engine holds every Work until it
+// completes, so an expired entry is a completed op; completed entries are
+// dropped whenever the table has doubled since the last sweep.
+void ProgressEngine::claim_name(const Request& request, const std::shared_ptr<Work>& work) {
+  auto it = in_flight_.find(request.name);
+  if (it != in_flight_.end()) {
+    std::shared_ptr<Work> earlier = it->second.lock();
+    if (earlier && !earlier->ready())
+      throw InvalidArgument(std::string(op_type_name(request.op)) + " '" + request.name +
+                            "': this rank already has an op of that name in flight on process set " +
+                            std::to_string(options_.process_set_id) +
+                            "; names of concurrent ops must be unique (wait for the first one)");
+  }
+  if (in_flight_.size() >= sweep_in_flight_at_) {
+    std::erase_if(in_flight_, [](const auto& entry) {
+      std::shared_ptr<Work> w = entry.second.lock();
+      return !w || w->ready();
+    });
+    sweep_in_flight_at_ = std::max<size_t>(64, 2 * in_flight_.size());
+  }
+  in_flight_[request.name] = work;
 }
 
 void ProgressEngine::stop(const std::string& reason) {
@@ -171,7 +206,7 @@ void ProgressEngine::negotiate_local(std::vector<Request> fresh) {
   for (Request& request : fresh) {
     int32_t slot = ResponseCache::cacheable(request.op) ? cache().lookup(request) : -1;
     if (coordinator()) {
-      inspector_->submitted(request.name, now);
+      if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
       if (slot >= 0) negotiator_->submit_cached(0, static_cast<uint32_t>(slot));
       else negotiator_->submit(0, std::move(request));
     } else if (slot >= 0) {
@@ -209,7 +244,7 @@ void ProgressEngine::on_member_message(int from, const std::vector<uint8_t>& byt
     inspector_->submitted(negotiator_->cache().request(slot).name, now);
   }
   for (Request& request : decoded.requests) {
-    inspector_->submitted(request.name, now);
+    if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
     negotiator_->submit(from, std::move(request));
   }
 }
@@ -257,19 +292,83 @@ void ProgressEngine::dispatch_ready() {
 // with the set's verdict.
 void ProgressEngine::execute(Response response) {
   running_.clear();
+  if (response.op == OpType::kJoin) return finish_join(response);
   for (size_t i = 0; i < response.names.size(); ++i) {
     if (response.slots[i] >= 0) response.names[i] = cache().request(static_cast<uint32_t>(response.slots[i])).name;
-    running_.push_back(queue_.take(response.names[i]));
+    std::optional<TensorEntry> own = queue_.try_take(response.names[i]);
+    if (own) running_.push_back(std::move(*own));
+    else if (response.error.empty()) running_.push_back(stand_in(response, i));
+    else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
+  }
+  if (!response.error.empty()) {
+    for (TensorEntry& entry : running_) entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
+    running_.clear();
+    return;
   }
   if (!coordinator())
     for (size_t i = 0; i < running_.size(); ++i)
       if (response.cache[i]) member_cache_.insert(running_[i].request);
-  if (!response.error.empty()) {
-    for (TensorEntry& entry : running_) entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
-  } else {
-    run_op(response, running_);
-    for (TensorEntry& entry : running_) entry.work->complete();
+  zero_stand_ins(running_);
+  run_op(response, running_);
+  for (TensorEntry& entry : running_) entry.work->complete();
+  running_.clear();
+}
+
+// This joined member's share of the op `response.names[index]`, which it
+// did not submit; Internal when it has not joined.
+TensorEntry ProgressEngine::stand_in(const Response& response, size_t index) {
+  bool joined;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    joined = joined_;
   }
+  const std::string& name = response.names[index];
+  if (!joined) throw Internal("the coordinator scheduled '" + name + "', which this rank never submitted");
+  // Standing in for the others' unnamed op counts as this member's own, so
+  // that its later unnamed ops keep the names the others give theirs.
+  const std::string unnamed = std::string(op_type_name(response.op)) + ".noname.";
+  if (name.compare(0, unnamed.size(), unnamed) == 0) {
+    const int64_t number = std::strtoll(name.c_str() + unnamed.size(), nullptr, 10);
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    noname_counters_[response.op] = std::max(noname_counters_[response.op], number);
+  }
+  TensorEntry entry;
+  entry.stand_in = true;
+  entry.work = std::make_shared<Work>();
+  if (index < response.requests.size()) entry.request = response.requests[index];
+  else if (response.error.empty())
+    throw Internal("the coordinator scheduled '" + name + "' for a joined rank without describing it");
+  return entry;
+}
+
+// Stand-ins read zeros and write into the same scratch memory: a fused
+// allreduce packs every input before it unpacks any output.
+void ProgressEngine::zero_stand_ins(std::vector<TensorEntry>& entries) {
+  size_t bytes = 0;
+  for (const TensorEntry& entry : entries)
+    if (entry.stand_in) bytes = std::max(bytes, entry.request.byte_size());
+  if (bytes == 0) return;
+  std::byte* zeros = stand_in_zeros_.reserve(bytes);
+  std::memset(zeros, 0, bytes);
+  for (TensorEntry& entry : entries) {
+    if (!entry.stand_in) continue;
+    entry.input = TensorView{zeros, entry.request.dtype, entry.request.shape};
+    entry.output = entry.input;
+  }
+}
+
+// Every member has joined: this member's join op completes with the global
+// rank of the member that joined last, and it may submit again.
+void ProgressEngine::finish_join(const Response& response) {
+  if (response.sizes.size() != 1) throw Internal("a join response without the rank that joined last");
+  running_.push_back(queue_.take(kJoinName));
+  const auto last = static_cast<int32_t>(response.sizes.front());
+  std::memcpy(running_.front().work->allocate_output(sizeof last, {1}), &last, sizeof last);
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    joined_ = false;
+  }
+  running_.front().work->complete();
   running_.clear();
 }
 
@@ -298,6 +397,8 @@ void ProgressEngine::run_op(const Response& response, std::vector<TensorEntry>& 
     case OpType::kBarrier:
       if (backend_->size() > 1) backend_->barrier();
       return;
+    case OpType::kJoin:
+      break;  // finish_join() completes joins
   }
   throw Internal("unknown op type in response");
 }

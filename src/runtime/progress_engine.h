@@ -10,6 +10,12 @@
 // stall inspection is due (at most a second): no polling cycle, and no other
 // set's engine is ever waited for.
 //
+// Join (Negotiator): a member that submitted a join op takes part in the
+// other members' allreduces and barriers with stand-ins (zeros) built from
+// the response, until the join response completes its join op with the
+// global rank of the member that joined last. Meanwhile submit() refuses
+// its ops.
+//
 // The set is its own fault domain. It breaks when a member's control
 // connection closes, a collective fails, or an op waits past the op timeout
 // (or the stall shutdown time) for members that never submit it. Then the
@@ -40,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/collectives.h"
@@ -75,8 +82,11 @@ class ProgressEngine {
   ProgressEngine& operator=(const ProgressEngine&) = delete;
 
   // Any thread. An empty request name becomes "<op>.noname.<n>", counted per
-  // op type on this set. Throws InvalidArgument once stopped; on a broken
-  // set the returned Work has already failed.
+  // op type on this set; a join is always named kJoinName. Throws
+  // InvalidArgument once stopped, while this member has joined, and when an
+  // op of the same name submitted here has not completed yet (the first op
+  // and the set are not affected); on a broken set the returned Work has
+  // already failed.
   std::shared_ptr<Work> submit(Request request, TensorView input, TensorView output);
   // Fails pending ops with InvalidArgument(`reason`) and joins the thread
   // (see the bound above). Idempotent.
@@ -113,9 +123,15 @@ class ProgressEngine {
   void on_failure_message(int from, const FailureMessage& message);
   void dispatch_ready();
   void execute(Response response);
+  TensorEntry stand_in(const Response& response, size_t index);
+  void zero_stand_ins(std::vector<TensorEntry>& entries);
+  void finish_join(const Response& response);
   void run_op(const Response& response, std::vector<TensorEntry>& entries);
   const ResponseCache& cache() const { return coordinator() ? negotiator_->cache() : member_cache_; }
   void fail_everything(std::exception_ptr error);
+  // Registers `request`'s name for `work`; InvalidArgument (naming the op and
+  // the set) when an op of that name submitted here has not completed.
+  void claim_name(const Request& request, const std::shared_ptr<Work>& work);
 
   // The failure protocol (progress_engine_failure.cc); each returns the
   // message every pending and later op fails with.
@@ -133,6 +149,7 @@ class ProgressEngine {
   std::optional<StallInspector> inspector_;  // set rank 0 only
   ResponseCache member_cache_;
   FusionBuffer fusion_;
+  FusionBuffer stand_in_zeros_;  // a joined member's inputs and outputs
 
   // Engine thread only (until joined).
   std::optional<SetFailure> failure_;  // set when the set breaks; ends serve()
@@ -146,6 +163,11 @@ class ProgressEngine {
   std::condition_variable connected_cv_;
   bool connected_ = false;
   std::map<OpType, int64_t> noname_counters_;
+  // Ops submitted here, by name, until their Work completes: a second op of
+  // the same name meanwhile is refused (claim_name).
+  std::unordered_map<std::string, std::weak_ptr<Work>> in_flight_;
+  size_t sweep_in_flight_at_ = 64;
+  bool joined_ = false;  // a join op of this member is pending
   std::string stop_reason_;
   std::exception_ptr broken_;
   std::atomic<bool> stopping_{false};  // also cancels connect()

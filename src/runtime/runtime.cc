@@ -75,9 +75,15 @@ ProcessSet Runtime::add_process_set(std::vector<int> ranks) {
   }
   ranks = validate_ranks(std::move(ranks), config_.size);
   ProcessSet set = make_set(-1, ranks, config_.rank);
+  set.generation = table_->next_generation(ranks);
   if (!set.included()) return set;
-  int generation = table_->next_generation(ranks);
-  set.id = agree_process_set_id(*store_, ranks, config_.rank, generation, first_dynamic_id_, config_.timeout);
+  if (config_.rank == ranks.front()) {
+    set.id = dynamic_process_set_id(first_dynamic_id_, config_.size, config_.rank,
+                                    table_->next_lowest_member_sequence());
+    publish_process_set_id(*store_, ranks, set.generation, set.id);
+  } else {
+    set.id = published_process_set_id(*store_, ranks, set.generation, config_.timeout);
+  }
   table_->insert(set);
   create_set(set);
   return set;
@@ -108,6 +114,15 @@ bool Runtime::remove_process_set(int32_t id) {
   }
   removed->stop("process set " + std::to_string(id) + " has been removed");
   return true;
+}
+
+int32_t Runtime::process_set_id(const std::vector<int>& ranks, int generation) const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) throw InvalidArgument("hora has been shut down");
+  }
+  if (generation < 0) throw InvalidArgument("generation " + std::to_string(generation) + " is negative");
+  return published_process_set_id(*store_, validate_ranks(ranks, config_.size), generation, config_.timeout);
 }
 
 ProcessSet Runtime::process_set(int32_t id) const { return table_->get(id); }

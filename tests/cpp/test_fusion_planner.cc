@@ -100,6 +100,19 @@ TEST(FusionPlannerTest, DifferentKindsDoNotFuse) {
             (Names{{"f32", "f32.b"}, {"i32", "i32.b"}, {"avg", "avg.b"}, {"pre"}, {"post"}, {"f64"}}));
 }
 
+TEST(FusionPlannerTest, AdasumFusesOnlyWithAdasum) {
+  // Adasum combines each fused tensor with its own coefficients; a Sum packed
+  // with it would be reduced by the wrong rule.
+  Plan p;
+  p.allreduce("sum", 4);
+  p.allreduce("ada", 4).reduce_op = ReduceOp::kAdasum;
+  p.allreduce("sum.b", 4);
+  p.allreduce("ada.b", 4).reduce_op = ReduceOp::kAdasum;
+  p.allreduce("avg", 4).reduce_op = ReduceOp::kAverage;
+  p.allreduce("ada.f64", 4, DataType::kFloat64).reduce_op = ReduceOp::kAdasum;
+  EXPECT_EQ(names_of(p.run(1 << 20)), (Names{{"sum", "sum.b"}, {"ada", "ada.b"}, {"avg"}, {"ada.f64"}}));
+}
+
 TEST(FusionPlannerTest, OpLargerThanThresholdStaysAlone) {
   Plan p;
   p.allreduce("small1", 4);   // 16 bytes

@@ -22,8 +22,11 @@ namespace hora {
 namespace {
 
 constexpr DataType kAllDataTypes[] = {
-    DataType::kUInt8,    DataType::kInt8,    DataType::kInt32,   DataType::kInt64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+    DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,   DataType::kInt32,
+    DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
+    DataType::kBool};
+static_assert(std::size(kAllDataTypes) == kNumDataTypes);
+// The element-wise reductions (Adasum is not one; see test_adasum.cc).
 constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                                       ReduceOp::kProduct};
 constexpr int kFp16Mantissa = 10;
@@ -74,6 +77,8 @@ void store(DataType dtype, std::vector<unsigned char>& buf, size_t i, double val
   switch (dtype) {
     case DataType::kUInt8: return put<uint8_t>(buf, i, static_cast<uint8_t>(value));
     case DataType::kInt8: return put<int8_t>(buf, i, static_cast<int8_t>(value));
+    case DataType::kUInt16: return put<uint16_t>(buf, i, static_cast<uint16_t>(value));
+    case DataType::kInt16: return put<int16_t>(buf, i, static_cast<int16_t>(value));
     case DataType::kInt32: return put<int32_t>(buf, i, static_cast<int32_t>(value));
     case DataType::kInt64: return put<int64_t>(buf, i, static_cast<int64_t>(value));
     case DataType::kFloat16: return put<uint16_t>(buf, i, float_to_fp16(static_cast<float>(value)));
@@ -89,6 +94,8 @@ double load(DataType dtype, const std::vector<unsigned char>& buf, size_t i) {
   switch (dtype) {
     case DataType::kUInt8: return get<uint8_t>(buf, i);
     case DataType::kInt8: return get<int8_t>(buf, i);
+    case DataType::kUInt16: return get<uint16_t>(buf, i);
+    case DataType::kInt16: return get<int16_t>(buf, i);
     case DataType::kInt32: return get<int32_t>(buf, i);
     case DataType::kInt64: return static_cast<double>(get<int64_t>(buf, i));
     case DataType::kFloat16: return decode_bits(get<uint16_t>(buf, i), kFp16Mantissa);
@@ -110,6 +117,8 @@ double random_operand(DataType dtype, std::mt19937& rng) {
   switch (dtype) {
     case DataType::kUInt8: return uniform(0, 15);
     case DataType::kInt8: return uniform(-11, 11);
+    case DataType::kUInt16: return uniform(0, 255);
+    case DataType::kInt16: return uniform(-181, 181);
     case DataType::kInt32: return uniform(-40000, 40000);
     case DataType::kInt64: return uniform(-30000000, 30000000);
     case DataType::kFloat16: return round_fp16(uniform(-1600, 1600) / 16);
@@ -130,6 +139,7 @@ double reference(DataType dtype, ReduceOp op, double a, double b) {
     case ReduceOp::kMin: exact = std::min(a, b); break;
     case ReduceOp::kMax: exact = std::max(a, b); break;
     case ReduceOp::kProduct: exact = a * b; break;
+    case ReduceOp::kAdasum: ADD_FAILURE() << "Adasum is not element-wise"; break;
   }
   switch (dtype) {
     case DataType::kFloat16: return round_fp16(exact);
@@ -182,6 +192,42 @@ TEST(ReduceInto, IntegerSumsWrapAround) {
   const int32_t one[] = {1};
   reduce_into(large, one, 1, DataType::kInt32, ReduceOp::kSum);
   EXPECT_EQ(large[0], std::numeric_limits<int32_t>::min());
+  int16_t i16[] = {30000, -30000};
+  const int16_t i16_in[] = {30000, -30000};
+  reduce_into(i16, i16_in, 2, DataType::kInt16, ReduceOp::kSum);
+  EXPECT_EQ(i16[0], -5536);
+  EXPECT_EQ(i16[1], 5536);
+  uint16_t u16[] = {65535};
+  const uint16_t u16_in[] = {2};
+  reduce_into(u16, u16_in, 1, DataType::kUInt16, ReduceOp::kSum);
+  EXPECT_EQ(u16[0], 1);
+}
+
+TEST(ReduceInto, SixteenBitProductsWrapAround) {
+  // 65535 * 65535 overflows int, to which uint16 operands would promote.
+  uint16_t u16[] = {65535, 256};
+  const uint16_t u16_in[] = {65535, 256};
+  reduce_into(u16, u16_in, 2, DataType::kUInt16, ReduceOp::kProduct);
+  EXPECT_EQ(u16[0], 1);
+  EXPECT_EQ(u16[1], 0);
+  int16_t i16[] = {-32768, 300};
+  const int16_t i16_in[] = {-1, 300};
+  reduce_into(i16, i16_in, 2, DataType::kInt16, ReduceOp::kProduct);
+  EXPECT_EQ(i16[0], -32768);
+  EXPECT_EQ(i16[1], static_cast<int16_t>(90000 - 65536));
+}
+
+TEST(ReduceInto, SixteenBitIntegersMinAndMaxCompareAsTheirType) {
+  uint16_t u16[] = {65535, 1};
+  const uint16_t u16_in[] = {1, 65535};
+  reduce_into(u16, u16_in, 2, DataType::kUInt16, ReduceOp::kMax);
+  EXPECT_EQ(u16[0], 65535);
+  EXPECT_EQ(u16[1], 65535);
+  int16_t i16[] = {-32768, 32767};
+  const int16_t i16_in[] = {5, -5};
+  reduce_into(i16, i16_in, 2, DataType::kInt16, ReduceOp::kMin);
+  EXPECT_EQ(i16[0], -32768);
+  EXPECT_EQ(i16[1], -5);
 }
 
 TEST(ReduceInto, Int64IsExactBeyondDoublePrecision) {
@@ -199,8 +245,11 @@ TEST(ReduceInto, Int64IsExactBeyondDoublePrecision) {
 TEST(ReduceInto, UnknownTypeOrOpThrowsInternal) {
   float inout[1] = {1};
   const float in[1] = {2};
-  EXPECT_THROW(reduce_into(inout, in, 1, static_cast<DataType>(9), ReduceOp::kSum), Internal);
-  EXPECT_THROW(reduce_into(inout, in, 1, DataType::kFloat32, static_cast<ReduceOp>(5)), Internal);
+  EXPECT_THROW(reduce_into(inout, in, 1, static_cast<DataType>(kNumDataTypes), ReduceOp::kSum), Internal);
+  EXPECT_THROW(reduce_into(inout, in, 1, DataType::kFloat32, static_cast<ReduceOp>(kNumReduceOps)), Internal);
+  // Adasum is a collective of its own, never an element-wise kernel.
+  EXPECT_THROW(reduce_into(inout, in, 1, DataType::kFloat32, ReduceOp::kAdasum), Internal);
+  EXPECT_EQ(inout[0], 1.0f);
 }
 
 struct KnownConversion {
@@ -319,6 +368,12 @@ TEST(ScaleBuffer, IntegersTruncateTowardZero) {
   uint8_t u8[] = {255, 3, 1};
   scale_buffer(u8, 3, DataType::kUInt8, 0.5);
   EXPECT_EQ(std::vector<uint8_t>(u8, u8 + 3), (std::vector<uint8_t>{127, 1, 0}));
+  uint16_t u16[] = {65535, 3};
+  scale_buffer(u16, 2, DataType::kUInt16, 0.5);
+  EXPECT_EQ(std::vector<uint16_t>(u16, u16 + 2), (std::vector<uint16_t>{32767, 1}));
+  int16_t i16[] = {-32768, 32767, -3};
+  scale_buffer(i16, 3, DataType::kInt16, 0.5);
+  EXPECT_EQ(std::vector<int16_t>(i16, i16 + 3), (std::vector<int16_t>{-16384, 16383, -1}));
   int64_t i64[] = {-9, 1000000000000003, 10};
   scale_buffer(i64, 3, DataType::kInt64, 0.25);
   EXPECT_EQ(std::vector<int64_t>(i64, i64 + 3), (std::vector<int64_t>{-2, 250000000000000, 2}));
@@ -336,6 +391,15 @@ TEST(ScaleBuffer, IntegersSaturateOutsideTheirRange) {
   uint8_t u8[] = {5};
   scale_buffer(u8, 1, DataType::kUInt8, -1.0);
   EXPECT_EQ(u8[0], 0);
+  int16_t i16[] = {20000, -20000};
+  scale_buffer(i16, 2, DataType::kInt16, 2.0);
+  EXPECT_EQ(i16[0], 32767);
+  EXPECT_EQ(i16[1], -32768);
+  uint16_t u16[] = {40000, 7};
+  scale_buffer(u16, 2, DataType::kUInt16, 2.0);
+  EXPECT_EQ(u16[0], 65535);
+  scale_buffer(u16 + 1, 1, DataType::kUInt16, -1.0);
+  EXPECT_EQ(u16[1], 0);
 }
 
 TEST(ScaleBuffer, BoolThrowsInvalidArgument) {
@@ -351,7 +415,8 @@ TEST(ScaleBuffer, BoolThrowsInvalidArgument) {
 
 TEST(Types, SizeAndNameOfEveryDataType) {
   const std::tuple<DataType, size_t, const char*> cases[] = {
-      {DataType::kUInt8, 1, "uint8"},       {DataType::kInt8, 1, "int8"},       {DataType::kInt32, 4, "int32"},
+      {DataType::kUInt8, 1, "uint8"},       {DataType::kInt8, 1, "int8"},       {DataType::kUInt16, 2, "uint16"},
+      {DataType::kInt16, 2, "int16"},       {DataType::kInt32, 4, "int32"},
       {DataType::kInt64, 8, "int64"},       {DataType::kFloat16, 2, "float16"}, {DataType::kBFloat16, 2, "bfloat16"},
       {DataType::kFloat32, 4, "float32"},   {DataType::kFloat64, 8, "float64"}, {DataType::kBool, 1, "bool"}};
   for (const auto& [dtype, size, name] : cases) {
@@ -359,20 +424,24 @@ TEST(Types, SizeAndNameOfEveryDataType) {
     EXPECT_EQ(dtype_name(dtype), name);
     EXPECT_TRUE(is_valid_dtype(static_cast<uint8_t>(dtype))) << name;
   }
-  EXPECT_FALSE(is_valid_dtype(9));
+  EXPECT_EQ(static_cast<int>(DataType::kUInt16), 9) << "wire value";
+  EXPECT_EQ(static_cast<int>(DataType::kInt16), 10) << "wire value";
+  EXPECT_FALSE(is_valid_dtype(11));
   EXPECT_FALSE(is_valid_dtype(255));
-  EXPECT_THROW(dtype_size(static_cast<DataType>(9)), Internal);
-  EXPECT_THROW(dtype_name(static_cast<DataType>(9)), Internal);
+  EXPECT_THROW(dtype_size(static_cast<DataType>(11)), Internal);
+  EXPECT_THROW(dtype_name(static_cast<DataType>(11)), Internal);
 }
 
 TEST(Types, NameOfEveryReduceOp) {
-  const char* names[] = {"Sum", "Average", "Min", "Max", "Product"};
+  const char* names[] = {"Sum", "Average", "Min", "Max", "Product", "Adasum"};
+  static_assert(std::size(names) == kNumReduceOps);
   for (int i = 0; i < kNumReduceOps; ++i) {
-    EXPECT_EQ(reduce_op_name(kAllReduceOps[i]), names[i]);
+    EXPECT_EQ(reduce_op_name(static_cast<ReduceOp>(i)), names[i]);
     EXPECT_TRUE(is_valid_reduce_op(static_cast<uint8_t>(i)));
   }
-  EXPECT_FALSE(is_valid_reduce_op(5));
-  EXPECT_THROW(reduce_op_name(static_cast<ReduceOp>(5)), Internal);
+  EXPECT_EQ(static_cast<int>(ReduceOp::kAdasum), 5) << "wire value";
+  EXPECT_FALSE(is_valid_reduce_op(6));
+  EXPECT_THROW(reduce_op_name(static_cast<ReduceOp>(6)), Internal);
 }
 
 }  // namespace

@@ -58,12 +58,15 @@ MemberMessage sample_member_message() {
 
   Request barrier = make_request("", OpType::kBarrier, DataType::kBool, {});
   m.requests.push_back(barrier);
+  m.requests.push_back(make_request(kJoinName, OpType::kJoin, DataType::kFloat32, {}));
 
-  const DataType others[] = {DataType::kInt8, DataType::kInt32, DataType::kFloat64};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
-  for (int i = 0; i < 3; ++i) {
-    Request q = make_request("extra." + std::to_string(i), OpType::kAllreduce, others[i], {1, 2, 3, int64_t{1} << 40});
-    q.reduce_op = ops[i];
+  // Every DataType (uint16 and int16 included), paired with every ReduceOp
+  // (Adasum included) in turn.
+  static_assert(kNumDataTypes >= kNumReduceOps);
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    Request q = make_request("extra." + std::to_string(i), OpType::kAllreduce, static_cast<DataType>(i),
+                             {1, 2, 3, int64_t{1} << 40});
+    q.reduce_op = static_cast<ReduceOp>(i % kNumReduceOps);
     m.requests.push_back(q);
   }
   m.cached_slots = {0, 7, 8, 100};
@@ -97,6 +100,20 @@ CoordinatorMessage sample_coordinator_message() {
   m.responses.push_back(failed);
   m.responses.push_back(make_response(OpType::kBarrier, {""}, {7}, {0}));
   m.responses.push_back(make_response(OpType::kReducescatter, {"rs"}, {-1}, {1}));
+  // While a member has joined: a fused allreduce that describes its
+  // requests, a barrier, and the join response with the last rank.
+  Response described = make_response(OpType::kAllreduce, {"j1", "j2"}, {-1, -1}, {0, 1});
+  described.requests = {make_request("j1", OpType::kAllreduce, DataType::kInt16, {3}),
+                        make_request("j2", OpType::kAllreduce, DataType::kFloat32, {2, 2})};
+  described.requests[1].reduce_op = ReduceOp::kMax;
+  described.requests[1].prescale = 0.25;
+  m.responses.push_back(described);
+  Response barrier = make_response(OpType::kBarrier, {"sync"}, {-1}, {1});
+  barrier.requests = {make_request("sync", OpType::kBarrier, DataType::kFloat32, {})};
+  m.responses.push_back(barrier);
+  Response join = make_response(OpType::kJoin, {kJoinName}, {-1}, {0});
+  join.sizes = {3};
+  m.responses.push_back(join);
   return m;
 }
 
@@ -114,6 +131,7 @@ void expect_same_response(const Response& sent, const Response& got) {
   EXPECT_EQ(got.error, sent.error);
   EXPECT_EQ(got.sizes, sent.sizes);
   EXPECT_EQ(got.cache, sent.cache);
+  EXPECT_EQ(got.requests, sent.requests);
 }
 
 // Runs `decode` on `bytes`; returns the hora::Internal message, or "" when
@@ -347,6 +365,14 @@ TEST(WireTest, ResponseWithoutNamesOrWithWrongCacheFlagCountThrows) {
   EXPECT_NE(coordinator_error(encode(m)).find("cache flags"), std::string::npos);
 }
 
+TEST(WireTest, ResponseDescribingSomeButNotAllNamesThrows) {
+  CoordinatorMessage m;
+  m.responses = {make_response(OpType::kAllreduce, {"a", "b"}, {-1, -1}, {0, 0})};
+  m.responses[0].requests = {make_request("a", OpType::kAllreduce, DataType::kFloat32, {1})};
+  const std::string error = coordinator_error(encode(m));
+  EXPECT_NE(error.find("response request count: 1 requests for 2 names"), std::string::npos) << error;
+}
+
 // Decodes `bytes` with both decoders; whatever decodes must re-encode to a
 // message that decodes to the same bytes again.
 void decode_anything(const Bytes& bytes) {
@@ -452,7 +478,7 @@ TEST(WireTest, ControlKindNamesEveryMessageAndRefusesBadHeaders) {
   // A version 1 peer (before failure messages existed) is refused by name.
   std::string error = decode_error(control_kind, Bytes{0x48, 0x52, 1, 1});
   EXPECT_NE(error.find("version"), std::string::npos) << error;
-  EXPECT_NE(error.find("got 1, expected 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("got 1, expected " + std::to_string(kWireVersion)), std::string::npos) << error;
 }
 
 TEST(WireTest, MalformedFailureMessagesThrow) {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "collectives/collectives.h"
 #include "core/half.h"
 #include "hora/errors.h"
 #include "hora/runtime_config.h"
@@ -61,6 +62,31 @@ TEST(MpiBackend, AllreduceNativeTypesEveryOp) {
   backend->allreduce(hi.data(), hi.size(), DataType::kInt32, ReduceOp::kMax);
   EXPECT_EQ(lo, std::vector<int32_t>(2, 0));
   EXPECT_EQ(hi, std::vector<int32_t>(2, 3));
+}
+
+TEST(MpiBackend, AllreduceSixteenBitIntegersAsTheirType) {
+  auto backend = connect({0, 1, 2, 3}, "sixteen_bit");
+  std::vector<uint16_t> u(3, static_cast<uint16_t>(30000 + me()));
+  backend->allreduce(u.data(), u.size(), DataType::kUInt16, ReduceOp::kSum);  // 120006 wraps
+  EXPECT_EQ(u, std::vector<uint16_t>(3, static_cast<uint16_t>(120006 - 65536)));
+  std::vector<int16_t> i(2, static_cast<int16_t>(me() % 2 ? -32768 : 7));
+  backend->allreduce(i.data(), i.size(), DataType::kInt16, ReduceOp::kMin);
+  EXPECT_EQ(i, std::vector<int16_t>(2, -32768));
+}
+
+TEST(MpiBackend, AdasumOfFusedTensors) {
+  auto backend = connect({0, 1, 2, 3}, "adasum");
+  // Tensor 0 orthogonal across ranks (they add), tensor 1 the same on every
+  // rank (it stays itself).
+  std::vector<float> unit(4, 0.0f), same = {1.5f, -2.0f, 4.0f};
+  unit[me()] = 2.0f;
+  std::vector<AllreducePart> parts = {
+      {{unit.data(), DataType::kFloat32, {4}}, {unit.data(), DataType::kFloat32, {4}}},
+      {{same.data(), DataType::kFloat32, {3}}, {same.data(), DataType::kFloat32, {3}}}};
+  FusionBuffer fusion;
+  allreduce(*backend, parts, AllreduceOptions{DataType::kFloat32, ReduceOp::kAdasum, 1.0, 1.0}, fusion);
+  EXPECT_EQ(unit, std::vector<float>(4, 2.0f));
+  EXPECT_EQ(same, (std::vector<float>{1.5f, -2.0f, 4.0f}));
 }
 
 TEST(MpiBackend, AllreduceHalfPrecisionAndBoolWithHorasKernels) {
