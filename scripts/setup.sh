@@ -16,6 +16,7 @@ VENV=.venv
 PYTHON_PACKAGES=(
   "torch torch==2.13.0 2.13.0"
   "numpy numpy "
+  "cloudpickle cloudpickle "
   "pytest pytest "
   "mpi4py mpi4py "
   "matplotlib matplotlib "

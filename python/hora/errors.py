@@ -9,6 +9,11 @@ while the op runs derive from ``HoraError`` (alias ``HorovodInternalError``):
 - ``PeerFailureError``: a peer of the process set died or became unreachable;
   the set is broken, other sets are not.
 - ``InternalError``: a bug or unexpected condition inside hora.
+
+``UnsupportedOperationError`` is raised when an op is submitted that hora,
+like Horovod, does not run (a reducescatter with a reduction other than Sum
+or Average). It is a ``ValueError``, as every refusal of a caller's
+arguments is, and a ``HorovodInternalError``, the type Horovod raises there.
 """
 
 from hora._core import (  # noqa: F401
@@ -21,6 +26,12 @@ from hora._core import (  # noqa: F401
 
 HorovodInternalError = HoraError
 
+
+class UnsupportedOperationError(ValueError, HoraError):
+    """An op hora refuses when it is submitted, where Horovod raises a
+    ``HorovodInternalError``; catching either type catches it."""
+
+
 __all__ = [
     "HoraError",
     "HorovodInternalError",
@@ -28,4 +39,5 @@ __all__ = [
     "MismatchError",
     "PeerFailureError",
     "TimeoutError",
+    "UnsupportedOperationError",
 ]

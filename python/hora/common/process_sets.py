@@ -5,10 +5,11 @@ registered with the core on first use by a member (or eagerly with
 ``add_process_set``), and non-members never block on it.
 """
 
-import importlib
 import operator
+import weakref
 
 from hora import _core
+from hora.common import adapters as _adapters
 from hora.common import mpi as _mpi
 
 
@@ -22,9 +23,14 @@ class ProcessSet:
     ``add_process_set``, or just use it: its members register it on first use.
     """
 
-    process_set_id = None
     ranks = None
     mpi_comm = None
+    # The id on a member (or any rank, for the global and initial sets).
+    _id = None
+    # A non-member's add_process_set: (ranks, generation) names the set in
+    # the core; its id is read on first use of process_set_id.
+    _non_member_key = None
+    _non_member_id = None
 
     def __init__(self, ranks_or_comm):
         self._removed_id = None
@@ -60,9 +66,27 @@ class ProcessSet:
         """Whether this process is a member of the set."""
         return self.ranks is not None and _core.rank() in self.ranks
 
+    @property
+    def process_set_id(self):
+        """The set's id: the same on every rank that added it. On a rank that
+        added the set without being a member, the first read waits (up to the
+        op timeout) until the set's lowest member has published it."""
+        if self._id is not None or self._non_member_key is None:
+            return self._id
+        if self._non_member_id is None:
+            ranks, generation = self._non_member_key
+            self._non_member_id = _core.process_set_id(ranks, generation)
+            _by_id.setdefault(self._non_member_id, self)
+        return self._non_member_id
+
+    @process_set_id.setter
+    def process_set_id(self, value):
+        self._id = value
+        self._non_member_key = self._non_member_id = None
+
     def invalidate(self):
-        if self.process_set_id is not None:
-            self._removed_id = self.process_set_id
+        if self._id is not None:
+            self._removed_id = self._id
         self.process_set_id = None
 
     def __str__(self):
@@ -70,40 +94,33 @@ class ProcessSet:
 
     __repr__ = __str__
 
-    # Collectives on this set; they dispatch on the tensor's type.
+    # Collectives on this set; they dispatch on the tensor's type to the
+    # front end registered for it (hora.common.adapters).
     def allreduce(self, tensor, *args, **kwargs):
-        return _frontend_for(tensor).allreduce(tensor, *args, process_set=self, **kwargs)
+        return _adapters.collectives_for(tensor).allreduce(tensor, *args, process_set=self, **kwargs)
 
     def allgather(self, tensor, *args, **kwargs):
-        return _frontend_for(tensor).allgather(tensor, *args, process_set=self, **kwargs)
+        return _adapters.collectives_for(tensor).allgather(tensor, *args, process_set=self, **kwargs)
 
     def broadcast(self, tensor, root_rank, *args, **kwargs):
-        return _frontend_for(tensor).broadcast(tensor, root_rank, *args, process_set=self, **kwargs)
+        return _adapters.collectives_for(tensor).broadcast(tensor, root_rank, *args, process_set=self, **kwargs)
 
     def alltoall(self, tensor, *args, **kwargs):
-        return _frontend_for(tensor).alltoall(tensor, *args, process_set=self, **kwargs)
+        return _adapters.collectives_for(tensor).alltoall(tensor, *args, process_set=self, **kwargs)
 
     def reducescatter(self, tensor, *args, **kwargs):
-        return _frontend_for(tensor).reducescatter(tensor, *args, process_set=self, **kwargs)
+        return _adapters.collectives_for(tensor).reducescatter(tensor, *args, process_set=self, **kwargs)
 
     def barrier(self):
-        return importlib.import_module("hora.numpy").barrier(process_set=self)
+        from hora.common import ops  # ops builds on this module
+
+        return ops.barrier(process_set=self)
 
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 _by_id = {0: global_process_set}
-
-
-def _frontend_for(tensor):
-    module = type(tensor).__module__ or ""
-    if module.startswith("torch"):
-        try:
-            return importlib.import_module("hora.torch")
-        except ImportError as e:
-            raise ValueError(f"got a torch tensor but hora.torch cannot be imported: {e}") from None
-    return importlib.import_module("hora.numpy")
 
 
 def _on_init(initial_sets, ids, world_comm=None):
@@ -126,18 +143,33 @@ def _on_shutdown():
     for pid, ps in list(_by_id.items()):
         if pid != 0:
             ps.process_set_id = None
+    for ps in list(_awaiting_id):
+        ps.process_set_id = None
+    _awaiting_id.clear()
     _by_id.clear()
     _by_id[0] = global_process_set
     global_process_set.mpi_comm = None
 
 
+# Sets this rank added without being a member (their ids are read lazily).
+_awaiting_id = weakref.WeakSet()
+
+
 def _register(ps):
-    set_id, ranks, _ = _core.add_process_set(ps.ranks)
+    set_id, _, _, generation = _core.add_process_set(ps.ranks)
+    ps._removed_id = None
     if set_id >= 0:
         ps.process_set_id = set_id
-        ps._removed_id = None
         _by_id[set_id] = ps
+    else:
+        ps.process_set_id = None
+        ps._non_member_key = (list(ps.ranks), generation)
+        _awaiting_id.add(ps)
     return ps
+
+
+def _is_non_members_set(ps):
+    return ps._non_member_key is not None
 
 
 def resolve(process_set):
@@ -146,8 +178,8 @@ def resolve(process_set):
         return 0
     if not isinstance(process_set, ProcessSet):
         raise ValueError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
-    if process_set.process_set_id is not None:
-        return process_set.process_set_id
+    if process_set._id is not None:
+        return process_set._id
     if process_set._removed_id is not None:
         raise ValueError(f"process set {process_set._removed_id} has been removed; create a new ProcessSet")
     if not _core.is_initialized():
@@ -167,13 +199,14 @@ def _resolve_communicator(process_set):
 def add_process_set(process_set):
     """Registers a set now instead of on first use; returns it.
 
-    Only members block, until every member has called it. Non-members get the
-    set back unregistered (``process_set_id`` None) at once. Accepts a
-    ``ProcessSet`` or a list of ranks.
+    Only members block, until the set's lowest member has called it.
+    Non-members get the set back at once; reading its ``process_set_id``
+    later waits for the id the members agreed on. Accepts a ``ProcessSet`` or
+    a list of ranks.
     """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
-    if process_set.process_set_id is not None:
+    if process_set._id is not None or _is_non_members_set(process_set):
         raise ValueError(f"{process_set} is already registered")
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
@@ -184,11 +217,17 @@ def add_process_set(process_set):
 def remove_process_set(process_set):
     """Removes a set (a ``ProcessSet`` or its id); True if it was removed.
 
-    Members wait for each other. The global set is never removed (False).
-    The removed object raises on later use; its id is never given out again.
+    Members wait for each other. A rank that added the set without being a
+    member forgets it at once (True, as on Horovod, where every rank takes
+    part). The global set is never removed (False). The removed object raises
+    on later use; its id is never given out again.
     """
     if isinstance(process_set, ProcessSet):
-        set_id = process_set.process_set_id
+        if _is_non_members_set(process_set):
+            _by_id.pop(process_set._non_member_id, None)
+            process_set.invalidate()
+            return True
+        set_id = process_set._id
     elif isinstance(process_set, bool):
         raise ValueError("remove_process_set needs a ProcessSet or its integer id, got bool")
     else:
@@ -199,6 +238,9 @@ def remove_process_set(process_set):
                              f"{type(process_set).__name__}") from None
     if set_id is None or set_id == 0:
         return False
+    known = _by_id.get(set_id)
+    if known is not None and _is_non_members_set(known):
+        return remove_process_set(known)
     removed = _core.remove_process_set(set_id)
     ps = _by_id.pop(set_id, None)
     for obj in (ps, process_set):

@@ -6,10 +6,13 @@
 >>> odd = hvd.ProcessSet(range(1, hvd.size(), 2))
 >>> my_set = even if even.included() else odd
 >>> total = my_set.allreduce(np.ones(3), op=hvd.Sum)
+
+Inputs may be anything ``np.asarray`` takes; results are new arrays, except
+for the in-place ``*_`` forms, which write into the array they are given.
+``alltoall`` returns ``(output, received_splits)``.
 """
 
-import numpy as np
-
+from hora.common import adapters as _adapters
 from hora.common.basics import (  # noqa: F401
     cross_rank,
     cross_size,
@@ -34,6 +37,8 @@ from hora.common.ops import (  # noqa: F401
     Min,
     Product,
     Sum,
+    barrier,
+    join,
     poll,
     synchronize,
 )
@@ -46,25 +51,33 @@ from hora.common.process_sets import (  # noqa: F401
     process_sets,
     remove_process_set,
 )
+from hora.common.ops import Collectives as _Collectives
 from hora.errors import HorovodInternalError  # noqa: F401
-from hora.numpy.ops import (  # noqa: F401
-    allgather,
-    allgather_async,
-    allreduce,
-    allreduce_,
-    allreduce_async,
-    allreduce_async_,
-    alltoall,
-    alltoall_async,
-    barrier,
-    broadcast,
-    broadcast_async,
-    grouped_allgather,
-    grouped_allgather_async,
-    grouped_allreduce,
-    grouped_allreduce_async,
-    grouped_reducescatter,
-    grouped_reducescatter_async,
-    reducescatter,
-    reducescatter_async,
-)
+from hora.numpy.adapter import NumpyAdapter
+
+_collectives = _Collectives(NumpyAdapter())
+
+allreduce = _collectives.allreduce
+allreduce_async = _collectives.allreduce_async
+allreduce_ = _collectives.allreduce_
+allreduce_async_ = _collectives.allreduce_async_
+grouped_allreduce = _collectives.grouped_allreduce
+grouped_allreduce_async = _collectives.grouped_allreduce_async
+grouped_allreduce_ = _collectives.grouped_allreduce_
+grouped_allreduce_async_ = _collectives.grouped_allreduce_async_
+allgather = _collectives.allgather
+allgather_async = _collectives.allgather_async
+grouped_allgather = _collectives.grouped_allgather
+grouped_allgather_async = _collectives.grouped_allgather_async
+broadcast = _collectives.broadcast
+broadcast_async = _collectives.broadcast_async
+broadcast_ = _collectives.broadcast_
+broadcast_async_ = _collectives.broadcast_async_
+alltoall = _collectives.alltoall
+alltoall_async = _collectives.alltoall_async
+reducescatter = _collectives.reducescatter
+reducescatter_async = _collectives.reducescatter_async
+grouped_reducescatter = _collectives.grouped_reducescatter
+grouped_reducescatter_async = _collectives.grouped_reducescatter_async
+
+_adapters.register(_collectives.adapter, _collectives)

@@ -34,8 +34,18 @@ TERMINATE_GRACE_SECONDS = 5.0
 DEFAULT_START_TIMEOUT = 30.0
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(
+class _RefusingParser(argparse.ArgumentParser):
+    """A parser for callers that are not a command line (hora.runner.run):
+    bad arguments raise ValueError instead of exiting."""
+
+    def error(self, message):
+        raise ValueError(message)
+
+
+def parse_args(argv, raise_errors=False):
+    """horarun's arguments; a bad one exits with status 2 and a usage line,
+    or raises ValueError when `raise_errors` is set."""
+    parser = (_RefusingParser if raise_errors else argparse.ArgumentParser)(
         prog="horarun", allow_abbrev=False,
         description="Runs a command as the ranks of one hora job.")
     parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True,
@@ -56,10 +66,20 @@ def parse_args(argv):
     parser.add_argument("--keep-going", action="store_true",
                         help="when a rank fails, let the others finish instead of stopping them; "
                              "report every rank's exit status at the end")
+    parser.add_argument("--ssh-port", type=int, help="ssh port on the remote hosts")
+    parser.add_argument("--ssh-identity-file", help="ssh identity (private key) file for the remote hosts")
+    parser.add_argument("--output-filename", metavar="DIR",
+                        help="also write each rank's output to DIR/rank.<rank>/stdout and stderr")
+    parser.add_argument("--prefix-output-with-timestamp", action="store_true",
+                        help="start every output line with the time it was printed")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
-    args = parser.parse_args(argv)
+    return _checked(parser.parse_args(argv), parser)
+
+
+def _checked(args, parser):
+    """`args` with their placements, after the checks argparse cannot make."""
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
@@ -72,6 +92,8 @@ def parse_args(argv):
         parser.error("give either -H or --hostfile, not both")
     if args.start_timeout <= 0:
         parser.error(f"--start-timeout must be positive, got {args.start_timeout}")
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        parser.error(f"--ssh-port must be a port number (1..65535), got {args.ssh_port}")
     try:
         if args.hosts:
             hosts = host_list.parse_host_list(args.hosts)
@@ -100,12 +122,18 @@ _OUTPUT_LOCK = threading.Lock()
 
 
 class _OutputForwarder:
-    """Copies one stream of one rank to ours, line by line, with '[rank]:'."""
+    """Copies one stream of one rank to ours, line by line, with '[rank]:'
+    (after the time, with `timestamps`), and unprefixed to `copy`, an open
+    binary file, when given."""
 
-    def __init__(self, rank, source, sink):
+    def __init__(self, rank, source, sink, copy=None, timestamps=False):
         self._prefix = f"[{rank}]:".encode()
         self._source = source
-        self._sink = sink
+        # A text stream without a binary buffer (a notebook's) gets decoded lines.
+        self._sink = getattr(sink, "buffer", None)
+        self._text_sink = sink if self._sink is None else None
+        self._copy = copy
+        self._timestamps = timestamps
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"horarun-output-{rank}")
         self.thread.start()
@@ -114,29 +142,47 @@ class _OutputForwarder:
         for line in iter(self._source.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
+            prefix = self._prefix
+            if self._timestamps:
+                prefix = time.strftime("%Y-%m-%d %H:%M:%S ").encode() + prefix
             with _OUTPUT_LOCK:
                 try:
-                    self._sink.write(self._prefix + line)
-                    self._sink.flush()
+                    if self._sink is not None:
+                        self._sink.write(prefix + line)
+                        self._sink.flush()
+                    else:
+                        self._text_sink.write((prefix + line).decode(errors="replace"))
+                        self._text_sink.flush()
                 except (OSError, ValueError):
                     pass   # our own stream is gone; keep draining the rank
+            if self._copy is not None:
+                self._copy.write(line)
+                self._copy.flush()
         self._source.close()
+        if self._copy is not None:
+            self._copy.close()
 
 
 class RankProcess:
     """One rank: its process (or ssh session), output forwarders and waiter."""
 
-    def __init__(self, placement, argv, environ, exits, remote, on_start):
+    def __init__(self, placement, argv, environ, exits, remote, on_start, output_dir=None,
+                 timestamps=False):
         self.rank = placement.rank
         self.remote = remote
+        copies = [None, None]
+        if output_dir is not None:
+            os.makedirs(output_dir, exist_ok=True)
+            copies = [open(os.path.join(output_dir, name), "wb") for name in ("stdout", "stderr")]
         self.popen = subprocess.Popen(
             argv, env=environ, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         # Before any of its output is forwarded: whoever sees the rank running
         # can rely on it being watched.
         on_start(self.popen.pid)
-        self.forwarders = [_OutputForwarder(self.rank, self.popen.stdout, sys.stdout.buffer),
-                           _OutputForwarder(self.rank, self.popen.stderr, sys.stderr.buffer)]
+        self.forwarders = [
+            _OutputForwarder(self.rank, self.popen.stdout, sys.stdout, copies[0], timestamps),
+            _OutputForwarder(self.rank, self.popen.stderr, sys.stderr, copies[1], timestamps)]
         threading.Thread(target=lambda: exits.put((self, self.popen.wait())),
                          daemon=True, name=f"horarun-wait-{self.rank}").start()
 
@@ -193,12 +239,38 @@ def describe_exit(code):
     return f"exited with code {code}"
 
 
+def rank_output_dir(output_filename, rank, size):
+    """Horovod's layout: <dir>/rank.<rank, zero-padded to the width of size - 1>."""
+    return os.path.join(output_filename, f"rank.{str(rank).zfill(len(str(size - 1)))}")
+
+
+def ssh_command(host, script, args):
+    """The ssh command line that runs `script` on `host`."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}"]
+    if args.ssh_port is not None:
+        argv += ["-o", f"Port={args.ssh_port}"]
+    if args.ssh_identity_file:
+        argv += ["-o", f"IdentityFile={args.ssh_identity_file}"]
+    return argv + [host, script]
+
+
+def rendezvous_address(args):
+    """(bind address, address ranks reach this machine at) for the job."""
+    placements = args.placements
+    if all(host_list.is_local(p.host) for p in placements):
+        return "127.0.0.1", "127.0.0.1"
+    first_remote = next(p.host for p in placements if not host_list.is_local(p.host))
+    return "0.0.0.0", args.rendezvous_addr or _outward_address(first_remote)
+
+
 class Job:
     """Starts every rank, then waits for them: the first failure or a signal
-    to horarun stops the rest. run() returns horarun's exit status."""
+    to horarun stops the rest. run() returns horarun's exit status.
+    `extra_env` is added to every rank's environment."""
 
-    def __init__(self, args):
+    def __init__(self, args, extra_env=None):
         self.args = args
+        self.extra_env = dict(extra_env or {})
         self.placements = args.placements
         self.local_only = all(host_list.is_local(p.host) for p in self.placements)
         self.secret = secrets.token_hex(16)
@@ -208,11 +280,7 @@ class Job:
         self.kill_deadline = None
 
     def run(self):
-        if self.local_only:
-            bind, address = "127.0.0.1", "127.0.0.1"
-        else:
-            first_remote = next(p.host for p in self.placements if not host_list.is_local(p.host))
-            bind, address = "0.0.0.0", self.args.rendezvous_addr or _outward_address(first_remote)
+        bind, address = rendezvous_address(self.args)
         server = RendezvousServer(bind, 0, self.secret).start()
         watchdog = _Watchdog()
         try:
@@ -236,15 +304,14 @@ class Job:
             placement, hostname=self._hostname(placement, rendezvous_addr),
             rendezvous_addr=rendezvous_addr, rendezvous_port=port, secret=self.secret,
             start_timeout=self.args.start_timeout)
+        variables.update(self.extra_env)
         command = self.args.command
         if host_list.is_local(placement.host):
             argv, environ, remote = command, rank_env.local_environment(variables), False
         else:
             script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables),
                                             command)
-            argv = ["ssh", "-o", "BatchMode=yes",
-                    "-o", f"ConnectTimeout={max(1, int(self.args.start_timeout))}",
-                    placement.host, script]
+            argv = ssh_command(placement.host, script, self.args)
             environ, remote = None, True
         if self.args.verbose:
             how = f"ssh {placement.host}" if remote else "local"
@@ -252,8 +319,12 @@ class Job:
                   f"{placement.local_rank}/{placement.local_size}, cross rank "
                   f"{placement.cross_rank}/{placement.cross_size}, {how}): "
                   f"{shlex.join(command)}", file=sys.stderr, flush=True)
+        output_dir = None
+        if self.args.output_filename:
+            output_dir = rank_output_dir(self.args.output_filename, placement.rank, placement.size)
         try:
-            return RankProcess(placement, argv, environ, self.exits, remote, on_start)
+            return RankProcess(placement, argv, environ, self.exits, remote, on_start, output_dir,
+                               self.args.prefix_output_with_timestamp)
         except OSError as error:
             raise SystemExit(f"horarun: cannot start rank {placement.rank}: {error}") from None
 

@@ -39,10 +39,26 @@ def forwarded_names(environ):
                   if name in FORWARDED_NAMES or name.startswith(rank_env.FORWARDED_PREFIXES))
 
 
+class LauncherOptionError(ValueError):
+    """An option of horarun that this MPI launcher cannot carry out."""
+
+
+def _ssh_arguments(args):
+    parts = []
+    if getattr(args, "ssh_port", None) is not None:
+        parts += ["-p", str(args.ssh_port)]
+    if getattr(args, "ssh_identity_file", None):
+        parts += ["-i", args.ssh_identity_file]
+    return shlex.join(parts)
+
+
 def mpirun_command(args, mpirun, flavour, environ, is_root):
     """The command that runs ``args.command`` as ``args.num_proc`` ranks."""
     cmd = [mpirun]
     names = forwarded_names(environ)
+    ssh_arguments = _ssh_arguments(args)
+    output_filename = getattr(args, "output_filename", None)
+    timestamps = getattr(args, "prefix_output_with_timestamp", False)
     if flavour == "openmpi":
         if is_root:
             cmd.append("--allow-run-as-root")
@@ -54,7 +70,19 @@ def mpirun_command(args, mpirun, flavour, environ, is_root):
             cmd += ["--hostfile", args.hostfile]
         for name in names:
             cmd += ["-x", name]
+        if ssh_arguments:
+            cmd += ["--mca", "plm_rsh_args", ssh_arguments]
+        if output_filename:
+            cmd += ["--output-filename", output_filename]
+        if timestamps:
+            cmd.append("--timestamp-output")
     else:
+        for option, given in (("--ssh-port/--ssh-identity-file", ssh_arguments),
+                              ("--output-filename", output_filename),
+                              ("--prefix-output-with-timestamp", timestamps)):
+            if given:
+                raise LauncherOptionError(f"{option} is not supported with MPICH's launcher; "
+                                          "pass the launcher's own option in --mpi-args")
         cmd += ["-prepend-rank", "-n", str(args.num_proc)]
         if args.hosts:
             cmd += ["-hosts", args.hosts]
@@ -66,18 +94,29 @@ def mpirun_command(args, mpirun, flavour, environ, is_root):
     return cmd + list(args.command)
 
 
-def run(args):
-    """Runs the job under mpirun; returns its exit status."""
+def run(args, extra_env=None, replace_process=True):
+    """Runs the job under mpirun; returns its exit status. By default horarun
+    becomes mpirun (which supervises the ranks and passes on signals);
+    with `replace_process` False it waits for mpirun instead (hora.runner.run).
+    `extra_env` is added to every rank's environment."""
     mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
     if mpirun is None:
         print("horarun: --mpi needs mpirun (Debian: apt-get install openmpi-bin)", file=sys.stderr)
         return 127
     environ = dict(os.environ)
     environ.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = mpirun_command(args, mpirun, launcher_flavour(mpirun), environ, os.geteuid() == 0)
+    environ.update(extra_env or {})
+    try:
+        cmd = mpirun_command(args, mpirun, launcher_flavour(mpirun), environ, os.geteuid() == 0)
+    except LauncherOptionError as error:
+        if not replace_process:
+            raise
+        print(f"horarun: {error}", file=sys.stderr)
+        return 2
     if args.verbose:
         print(f"horarun: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    # mpirun supervises the ranks and passes on signals: become it.
     sys.stdout.flush()
     sys.stderr.flush()
+    if not replace_process:
+        return subprocess.run(cmd, env=environ).returncode
     os.execvpe(cmd[0], cmd, environ)

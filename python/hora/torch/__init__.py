@@ -11,7 +11,10 @@ Contiguous CPU tensors reach the core without a copy (DLPack); the extension
 is never compiled against torch. See docs/torch.md.
 """
 
-from hora.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+import sys as _sys
+
+from hora.common import adapters as _adapters
+from hora.common.core_types import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hora.common.process_sets import (  # noqa: F401
     ProcessSet,
     add_process_set,
@@ -83,6 +86,7 @@ from hora.torch.mpi_ops import (  # noqa: F401
     sparse_allreduce_async,
     synchronize,
 )
+from hora.torch import mpi_ops as _mpi_ops
 from hora.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hora.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 
@@ -157,3 +161,7 @@ __all__ = [
     "SyncBatchNorm",
     "synchronize",
 ]
+
+# ProcessSet.allreduce(tensor) and friends take torch tensors to this module's
+# (differentiable) collectives.
+_adapters.register(_mpi_ops.collectives.adapter, _sys.modules[__name__])

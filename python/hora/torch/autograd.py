@@ -14,16 +14,21 @@ the collective Horovod runs, on the same process set:
 import torch
 
 from hora.common import basics as _basics
-from hora.common import ops as _ops
-from hora.common.ops import Average, Sum
+from hora.common import core_types as _types
+from hora.common.core_types import Average, Sum
 from hora.common.process_sets import global_process_set
 from hora.torch import mpi_ops as _mpi_ops
-from hora.torch import tensors as _tensors
 from hora.torch.compression import Compression
 
 
 def _set(process_set):
     return global_process_set if process_set is None else process_set
+
+
+def _recorded(tensor):
+    """Whether autograd records an op on ``tensor``; when it does not, the
+    differentiable functions skip autograd's bookkeeping (same result)."""
+    return tensor.requires_grad and torch.is_grad_enabled()
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -47,9 +52,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces ``tensor`` over the process set (default op: Average) and
     returns the result; the input is not modified. Differentiable."""
-    _tensors.check(tensor)
+    _mpi_ops.check(tensor)
     compressed, ctx = compression.compress(tensor)
-    reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    if _recorded(compressed):
+        reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
+                                         process_set)
+    else:
+        reduced = _mpi_ops.synchronize(_mpi_ops.allreduce_async(compressed, average, name, op, prescale_factor,
+                                                                postscale_factor, process_set))
     return compression.decompress(reduced, ctx)
 
 
@@ -107,7 +117,9 @@ class HorovodAllgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every member's ``tensor`` along the first dimension (which
     may differ between members), in set-rank order. Differentiable."""
-    _tensors.check(tensor)
+    _mpi_ops.check(tensor)
+    if not _recorded(tensor):
+        return _mpi_ops.synchronize(_mpi_ops.allgather_async(tensor, name, process_set))
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
@@ -155,7 +167,9 @@ class HorovodBroadcast(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """The value of ``tensor`` on ``root_rank`` (a global rank, a member of
     the set); the input is not modified. Differentiable."""
-    _tensors.check(tensor)
+    _mpi_ops.check(tensor)
+    if not _recorded(tensor):
+        return _mpi_ops.synchronize(_mpi_ops.broadcast_async(tensor, root_rank, name, process_set))
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -183,7 +197,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     split when ``splits`` is None) and returns what this member received, in
     set-rank order. As in Horovod, returns ``(output, received_splits)`` when
     ``splits`` is given and ``output`` alone otherwise. Differentiable."""
-    _tensors.check(tensor)
+    _mpi_ops.check(tensor)
     return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
@@ -198,7 +212,7 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.process_set = process_set
-        ctx.scale = _reducescatter_grad_scale(_ops.resolve_reduce_op(op, None), process_set, prescale_factor,
+        ctx.scale = _reducescatter_grad_scale(_types.resolve_reduce_op(op, None), process_set, prescale_factor,
                                               postscale_factor)
         handle = _mpi_ops.reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
         return _mpi_ops.synchronize(handle)
@@ -213,7 +227,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces ``tensor`` over the set (Sum or Average) and returns this
     member's block of rows. Differentiable."""
-    _tensors.check(tensor)
+    _mpi_ops.check(tensor)
     compressed, ctx = compression.compress(tensor)
     reduced = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
@@ -225,7 +239,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.process_set = process_set
-        ctx.scale = _reducescatter_grad_scale(_ops.resolve_reduce_op(op, None), process_set, prescale_factor,
+        ctx.scale = _reducescatter_grad_scale(_types.resolve_reduce_op(op, None), process_set, prescale_factor,
                                               postscale_factor)
         handle = _mpi_ops.grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
                                                       postscale_factor)

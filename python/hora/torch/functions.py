@@ -5,8 +5,8 @@ import collections
 import functools
 import io
 import operator
-import pickle
 
+import cloudpickle
 import torch
 
 from hora.common import basics as _basics
@@ -33,14 +33,27 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         return
     tensors = [p for _, p in named]
     names = [str(name) if name is not None else None for name, _ in named]
-    handles = _mpi_ops.submit_broadcasts(tensors, root_rank, names, True, process_set)
+    for tensor in tensors:
+        _mpi_ops.check(tensor)
+    handles = [_mpi_ops.broadcast_async_(t, root_rank, n, process_set) for t, n in zip(tensors, names)]
     for handle in handles:
         _mpi_ops.synchronize(handle)
 
 
 def _initialize_state(optimizer, model):
     """Gives a fresh optimizer its state by one step with zero gradients (as
-    Horovod does), without allreducing anything."""
+    Horovod does), without allreducing anything. The parameters keep their
+    values: a zero-gradient step still moves them (weight decay, momentum),
+    which would undo an earlier ``broadcast_parameters``."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved = [p.detach().clone() for p in params]
+    _zero_gradient_step(optimizer, model)
+    with torch.no_grad():
+        for p, value in zip(params, saved):
+            p.copy_(value)
+
+
+def _zero_gradient_step(optimizer, model):
     sparse_params = set()
     if model is not None:
         for module in model.modules():
@@ -100,11 +113,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled and
+    """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled
+    with cloudpickle (lambdas and locally defined classes travel too) and
     broadcast over the set."""
     name = name or type(obj).__name__
     if _basics.rank() == root_rank:
-        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         length = torch.zeros(1, dtype=torch.int64)
@@ -114,18 +128,19 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     _mpi_ops.broadcast_(payload, root_rank, f"{name}.t", process_set)
     if _basics.rank() == root_rank:
         return obj
-    return pickle.load(io.BytesIO(payload.numpy().tobytes()))
+    return cloudpickle.load(io.BytesIO(payload.numpy().tobytes()))
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every member's ``obj``, in set-rank order."""
+    """Returns the list of every member's ``obj`` (pickled with cloudpickle),
+    in set-rank order."""
     name = name or type(obj).__name__
-    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"{name}.sz",
                         process_set=process_set)
     gathered = allgather(payload, name=f"{name}.t", process_set=process_set).numpy()
     objects, start = [], 0
     for length in lengths.tolist():
-        objects.append(pickle.loads(gathered[start:start + length].tobytes()))
+        objects.append(cloudpickle.loads(gathered[start:start + length].tobytes()))
         start += length
     return objects

@@ -6,11 +6,11 @@ from contextlib import contextmanager
 import torch
 
 from hora.common import basics as _basics
-from hora.common import ops as _ops
-from hora.common.ops import Average
+from hora.common import core_types as _types
+from hora.common.core_types import Adasum, Average
 from hora.common.process_sets import global_process_set
-from hora.torch import join_protocol as _join
 from hora.torch import mpi_ops as _mpi_ops
+from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from hora.torch.compression import Compression
 from hora.torch.functions import broadcast_object
 
@@ -22,8 +22,37 @@ def _split_evenly(items, parts):
     return [items[bounds[i]:bounds[i + 1]] for i in range(parts)]
 
 
+def checked_named_parameters(param_groups, named_parameters):
+    """``named_parameters`` as a list of (name, parameter), made up when
+    None; ValueError, with Horovod's messages, unless every parameter of
+    ``param_groups`` has one unique name."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [(f"allreduce.noname.{i}.{j}", v) for i, group in enumerate(param_groups)
+                            for j, v in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    duplicates = sorted({k for k in names if names.count(k) > 1})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. "
+                         f"Found duplicates: {', '.join(duplicates)}")
+    all_ids = {id(v) for group in param_groups for v in group["params"]}
+    unnamed = all_ids - {id(v) for _, v in named_parameters}
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                         f"Python object ids: {', '.join(str(i) for i in unnamed)}")
+    return named_parameters
+
+
 class _DistributedOptimizer:
-    """Mixed in before the wrapped optimizer's class. Each parameter's hook
+    """The methods of the class ``DistributedOptimizer`` makes: a direct
+    subclass of the wrapped optimizer's class whose namespace is a copy of
+    this one's, so that, as in Horovod, ``super(type(opt), opt).step()`` is
+    the wrapped optimizer's own step (``broadcast_optimizer_state`` and user
+    code rely on that to step without communicating). Each parameter's hook
     starts its gradient's allreduce as soon as backward has accumulated it
     ``backward_passes_per_step`` times; ``synchronize()`` (called by
     ``step()``) waits for them and writes the averaged gradients back. Runs on
@@ -34,27 +63,9 @@ class _DistributedOptimizer:
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set):
-        super().__init__(params)
+        self._hora_base_class.__init__(self, params)
         self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}.{j}", v) for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        duplicates = sorted({k for k in names if names.count(k) > 1})
-        if duplicates:
-            raise ValueError("Parameter names in named_parameters must be unique. "
-                             f"Found duplicates: {', '.join(duplicates)}")
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        unnamed = all_ids - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                             f"Python object ids: {', '.join(str(i) for i in unnamed)}")
-
+        named_parameters = checked_named_parameters(self.param_groups, named_parameters)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
@@ -63,7 +74,6 @@ class _DistributedOptimizer:
         self.sparse_as_dense = sparse_as_dense
         self.process_set = global_process_set if process_set is None else process_set
         self._handles = {}
-        self._announce = []  # descriptions of this step's allreduces, announced at synchronize()
         self._accumulators = []
         self._requires_update = set()
         self._synchronized = False
@@ -142,20 +152,18 @@ class _DistributedOptimizer:
             tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
         prescale, postscale = self._scale_factors()
-        handles, described = _mpi_ops.submit_allreduces([compressed], True, [name], self.op, prescale, postscale,
-                                                        self.process_set, announce=False)
-        self._announce += described
-        return handles[0], ctx
+        handle = _mpi_ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
+                                           postscale_factor=postscale, process_set=self.process_set)
+        return handle, ctx
 
     def _grouped_allreduce_grad_async(self, group):
         name = self._parameter_names.get(group[0])
         compressed, ctxs = zip(*[self._compression.compress(p.grad) for p in group])
         prescale, postscale = self._scale_factors()
-        names = [f"{name}.{i}" for i in range(len(group))]
-        handles, described = _mpi_ops.submit_allreduces(list(compressed), True, names, self.op, prescale,
-                                                        postscale, self.process_set, announce=False)
-        self._announce += described
-        return _ops.GroupHandle(handles), ctxs
+        handle = _mpi_ops.grouped_allreduce_async_(list(compressed), name=name, op=self.op,
+                                                   prescale_factor=prescale, postscale_factor=postscale,
+                                                   process_set=self.process_set)
+        return handle, ctxs
 
     def _make_hook(self, p):
         def hook(*unused):
@@ -195,9 +203,6 @@ class _DistributedOptimizer:
         for p, (handle, ctx) in list(self._handles.items()):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
-        if self._requires_update:
-            _join.announce(self.process_set, self._announce)
-        self._announce = []
         for key, (handle, ctx) in self._handles.items():
             if isinstance(key, tuple):
                 for p, output, p_ctx in zip(key, _mpi_ops.synchronize(handle), ctx):
@@ -243,14 +248,14 @@ class _DistributedOptimizer:
 
     def _local_step(self, closure=None):
         """The wrapped optimizer's own step, without any communication."""
-        return super().step(closure)
+        return self._hora_base_class.step(self, closure)
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                                  "cause a race condition.")
-        return super().zero_grad(*args, **kwargs)
+        return self._hora_base_class.zero_grad(self, *args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
@@ -259,12 +264,18 @@ class _DistributedOptimizer:
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
-        self._announce = []
         self._synchronized = False
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        super().load_state_dict(*args, **kwargs)
+        self._hora_base_class.load_state_dict(self, *args, **kwargs)
+
+
+def _subclass_of(base, methods=_DistributedOptimizer):
+    """A subclass of ``base`` holding ``methods``' methods."""
+    namespace = {k: v for k, v in vars(methods).items() if k not in ("__dict__", "__weakref__")}
+    namespace["_hora_base_class"] = base
+    return type(base.__name__, (base,), namespace)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
@@ -277,10 +288,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     same parameter groups. Members outside ``process_set`` step locally.
     ``groups`` (an int or a list of lists of parameters) fuses gradients into
     grouped allreduces; the parameter order is taken from the set's first rank.
+    With ``op=Adasum`` (and more than one rank) the members' parameter updates
+    are combined instead, as Horovod's delta optimizer does (see
+    hora.torch.adasum_optimizer).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    op = _ops.resolve_reduce_op(op, None)
+    op = _types.resolve_reduce_op(op, None)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -290,6 +304,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
-    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
+    if op == Adasum and _basics.size() > 1:
+        named_parameters = checked_named_parameters(optimizer.param_groups, named_parameters)
+        cls = _subclass_of(optimizer.__class__, _DistributedAdasumOptimizer)
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, process_set)
+    cls = _subclass_of(optimizer.__class__)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -59,3 +59,59 @@ def test_shim_refuses_to_shadow_a_real_horovod(shim_site, tmp_path):
     assert result.returncode != 0
     assert "ImportError" in result.stderr and "real Horovod installation" in result.stderr, result.stderr
     assert "0.28.1" in result.stderr and "refuses to shadow" in result.stderr, result.stderr
+
+
+def run_with_shim(shim_site, args, timeout=120):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, **with_path(shim_site)})
+
+
+def test_shim_has_the_helpers_horovods_tests_import(shim_site):
+    result = run_with_shim(shim_site, [sys.executable, os.path.join(WORKERS, "shim_helpers.py")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "helpers ok\n", result.stdout
+    # Horovod's own test utilities import what they need from the package.
+    code = ("import horovod.runner, horovod.runner.launch, horovod.common.util, horovod.common.exceptions as e;"
+            "from horovod.runner.util.threads import in_thread, execute_function_multithreaded;"
+            "from horovod.common.util import env, gloo_built, mpi_built;"
+            "assert horovod.runner.run is __import__('hora.runner').runner.run;"
+            "assert {'HorovodInternalError', 'HostsUpdatedInterrupt', 'get_version_mismatch_message',"
+            "        'HorovodVersionMismatchError'} <= set(dir(e)); print('ok')")
+    result = run_with_shim(shim_site, [sys.executable, "-c", code])
+    assert result.stdout == "ok\n", result.stderr
+
+
+RUN_ON_TWO_RANKS = """
+import horovod.runner
+
+def step(scale):
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    gathered = hvd.allgather_object(lambda x, factor=hvd.rank() + 1: x * factor)
+    return hvd.rank(), total.item() * scale, [f(10) for f in gathered]
+
+print(horovod.runner.run(step, args=(2,), np=2))
+"""
+
+
+def test_horovod_runner_run_returns_results_in_rank_order(shim_site):
+    result = run_with_shim(shim_site, [sys.executable, "-c", RUN_ON_TWO_RANKS])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "[(0, 6.0, [10, 20]), (1, 6.0, [10, 20])]", result.stdout
+
+
+def test_horovodrun_runs_an_unchanged_horovod_script(shim_site):
+    horovodrun = shim_site / "bin" / "horovodrun"
+    assert horovodrun.exists(), "the package installs no horovodrun script"
+    result = run_with_shim(shim_site, [str(horovodrun), "-np", "2", "--cycle-time-ms", "1", sys.executable,
+                                       os.path.join(WORKERS, "horovod_script.py")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(f"with horovod from {shim_site}") == 2, result.stdout
+    assert result.stdout.count("epoch 2 loss") == 1, result.stdout
+    assert result.stderr.count("--cycle-time-ms has no effect on hora") == 1, result.stderr
+    refused = run_with_shim(shim_site, [str(horovodrun), "-np", "2", "--host-discovery-script", "d.sh",
+                                        sys.executable, "-c", "pass"])
+    assert refused.returncode == 2
+    assert "--host-discovery-script is not supported by hora yet (elastic training)" in refused.stderr

@@ -49,7 +49,11 @@ raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=[1, 1, 1, 2]), "add u
 raises(ValueError, lambda: hvd.alltoall(np.ones(5)), "does not divide")
 raises(ValueError, lambda: hvd.allgather(np.float32(1.0)), "at least one dimension")
 raises(ValueError, lambda: hvd.allreduce(np.array(["x"])), "unsupported dtype")
-raises(ValueError, lambda: hvd.allreduce(np.ones(2), op=hvd.Adasum), "Adasum")
+raises(ValueError, lambda: hvd.allreduce(np.ones(2, dtype=np.int64), op=hvd.Adasum), "Adasum")
+raises(ValueError, lambda: hvd.allreduce([1.0], op="Sum"), "unknown reduction op")
+raises(ValueError, lambda: hvd.allreduce_([1.0, 2.0]), "in-place", "list")
+raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=np.ones((2, 2), dtype=np.int64)), "1-D")
+raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=np.ones(4)), "integers")
 raises(ValueError, lambda: hvd.synchronize("nope"), "handle")
 
 # add / remove / re-add.
@@ -66,7 +70,9 @@ if me in (0, 1):
     np.testing.assert_array_equal(again.allreduce(np.full(2, me), op=hvd.Sum), [1, 1])
     assert hvd.remove_process_set(again.process_set_id) is True
 else:
-    assert added.process_set_id is None  # non-members neither block nor register
+    # Non-members neither block nor register; they read the members' id.
+    assert added.process_set_id > 0, added
+    assert hvd.remove_process_set(added) is True and added.process_set_id is None
 assert hvd.remove_process_set(hvd.global_process_set) is False
 
 hvd.barrier()

@@ -1,9 +1,12 @@
-"""join(): uneven numbers of batches on a process set and on the global set.
-Run on 4 ranks."""
+"""join(): uneven numbers of batches on a process set and on the global set;
+allgather and broadcast fail (as in Horovod) while a member has joined; join
+twice in a row; hora.numpy's join. Run on 4 ranks."""
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+import hora.numpy as hnp
 import hora.torch as hvd
 from checks import raises
 
@@ -28,14 +31,44 @@ for first in range(4):
         unnamed = hvd.allreduce(a, op=hvd.Sum)
         assert torch.equal(averaged, a * 3 / 4), averaged
         assert torch.equal(summed, b * 3) and torch.equal(grouped[1], a * 3) and torch.equal(unnamed, a * 3)
-        # Ops other than allreduce fail while a rank has joined, naming it.
-        raises(hvd.HorovodInternalError, lambda: hvd.allgather(a), "allgather", f"rank {first} called join()")
-        raises(hvd.HorovodInternalError, lambda: hvd.broadcast(a, root_rank=me, name="bc"), "'bc'",
-               f"rank {first} called join()")
+        # As in Horovod, allgather and broadcast fail while a rank has joined
+        # (with an error naming it), and the set keeps working.
+        message = raises(hvd.HorovodInternalError, lambda: hvd.allgather(a, name="ag"), "'ag'", "called join()")
+        assert str(first) in message.split("called join()")[0], message
+        raises(hvd.HorovodInternalError, lambda: hvd.broadcast(a, root_rank=me, name="bc"), "'bc'", "called join()")
+        assert torch.equal(hvd.allreduce(b, op=hvd.Max, name="after"), b)
     last = hvd.join()
     assert last != first, (last, first)
     assert hvd.allgather_object(last) == [last] * 4
 print("global join ok", flush=True)
+
+# Uneven batches: rank r has r + 1 batches. At step k the ranks with more than
+# k batches contribute their value and the joined ones zeros; Sum adds the
+# active values, Average divides them by the set's size.
+for step in range(me + 1):
+    value = torch.full((2,), float(10 * me + step), dtype=torch.float64)
+    active = [r for r in range(4) if step < r + 1]
+    total = float(sum(10 * r + step for r in active))
+    assert torch.equal(hvd.allreduce(value, op=hvd.Sum, name="uneven.sum"), torch.full((2,), total,
+                                                                                      dtype=torch.float64))
+    handle = hvd.allreduce_async(value, op=hvd.Average, name="uneven.average")
+    assert torch.equal(hvd.synchronize(handle), torch.full((2,), total / 4, dtype=torch.float64))
+assert hvd.join() == 3
+print("uneven batches ok", flush=True)
+
+# Joining twice in a row: each join ends when every member has joined again.
+firsts = [hvd.join(), hvd.join()]
+assert hvd.allgather_object(firsts) == [firsts] * 4, firsts
+assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), 4.0))
+print("join twice ok", flush=True)
+
+# hora.numpy's join: the same op.
+if me == 0:
+    assert hnp.join() != 0
+else:
+    np.testing.assert_array_equal(hnp.allreduce(np.full(3, me), op=hnp.Sum, name="numpy.uneven"), [6, 6, 6])
+    hnp.join()
+print("numpy join ok", flush=True)
 
 
 # Uneven batches with DistributedOptimizer on the set [1, 2, 3]: member r has r

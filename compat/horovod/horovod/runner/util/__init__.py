@@ -1,0 +1,1 @@
+"""Helpers under ``horovod.runner.util`` that user and test code import."""

@@ -1,0 +1,237 @@
+"""horovodrun on hora: Horovod's launcher flags mapped onto horarun's.
+
+    horovodrun -np 4 -H a:2,b:2 python train.py
+
+Every flag of Horovod 0.28's horovodrun is accepted or refused by name:
+- flags with a meaning on hora map onto horarun's (-np, -H, --hostfile,
+  --start-timeout, --ssh-port, --mpi, --output-filename, ...) or onto the
+  HOROVOD_* variables hora reads (--fusion-threshold-mb, --cache-capacity,
+  the stall check, --gloo-timeout-seconds);
+- flags that have no meaning on hora (tuning knobs of machinery hora does
+  not have) are accepted, and one line on stderr says so, once per flag;
+- flags hora does not support yet (elastic training, jsrun, network
+  interfaces, --config-file, the timeline) stop with an error naming them.
+The shim package (compat/horovod) installs this as the `horovodrun` script.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+import textwrap
+
+from hora.runner import launch
+
+HOROVOD_VERSION = "0.28.1"   # the horovodrun whose flags these are
+
+# Flags accepted with a note: (option strings, number of values, why).
+NO_EFFECT = [
+    (("--disable-cache",), 0, "hora runs no cached start-up checks"),
+    (("--cycle-time-ms",), 1, "hora negotiates when work arrives, without a cycle"),
+    (("--timeline-mark-cycles", "--no-timeline-mark-cycles"), 0, "hora has no cycles to mark"),
+    (("--hierarchical-allreduce", "--no-hierarchical-allreduce"), 0,
+     "hora chooses its transports itself (shared memory within a host, Gloo or MPI between hosts)"),
+    (("--hierarchical-allgather", "--no-hierarchical-allgather"), 0,
+     "hora chooses its transports itself (shared memory within a host, Gloo or MPI between hosts)"),
+    (("--torus-allreduce", "--no-torus-allreduce"), 0, "hora has no NCCL torus allreduce"),
+    (("--autotune", "--no-autotune"), 0, "hora has no autotuner; set --fusion-threshold-mb yourself"),
+    (("--autotune-log-file",), 1, "hora has no autotuner"),
+    (("--autotune-warmup-samples",), 1, "hora has no autotuner"),
+    (("--autotune-steps-per-sample",), 1, "hora has no autotuner"),
+    (("--autotune-bayes-opt-max-samples",), 1, "hora has no autotuner"),
+    (("--autotune-gaussian-process-noise",), 1, "hora has no autotuner"),
+    (("--mpi-threads-disable", "--no-mpi-threads-disable"), 0,
+     "hora asks MPI for the thread level it needs and reports it through mpi_threads_supported()"),
+    (("--tcp",), 0, "hora always uses TCP between hosts"),
+    (("--binding-args",), 1, "it applies to jsrun/Spectrum MPI only"),
+    (("--num-nccl-streams",), 1, "hora does not use NCCL"),
+    (("--thread-affinity",), 1, "hora does not pin its threads"),
+    (("--log-level",), 1, "hora prints warnings and errors only"),
+    (("--log-with-timestamp", "--log-without-timestamp", "--log-hide-timestamp",
+      "--no-log-hide-timestamp"), 0, "hora's own messages carry no timestamps"),
+]
+
+# Flags refused: (option strings, number of values, what is missing).
+NOT_SUPPORTED = [
+    (("--min-np", "--min-num-proc"), 1, "elastic training"),
+    (("--max-np", "--max-num-proc"), 1, "elastic training"),
+    (("--slots-per-host",), 1, "elastic training"),
+    (("--elastic-timeout",), 1, "elastic training"),
+    (("--reset-limit",), 1, "elastic training"),
+    (("--blacklist-cooldown-range",), 2, "elastic training"),
+    (("--host-discovery-script",), 1, "elastic training"),
+    (("--jsrun",), 0, "launching through jsrun (LSF); use --mpi or -H"),
+    (("--network-interface", "--network-interfaces"), 1,
+     "choosing network interfaces: hora reaches each host at the address its name resolves to"),
+    (("--config-file",), 1, "YAML configuration files; give the flags on the command line"),
+    (("--timeline-filename",), 1, "the timeline"),
+]
+
+# Horovod's tuning flags that hora reads as HOROVOD_* variables:
+# dest -> (variable, conversion of the flag's value).
+ENVIRONMENT = {
+    "fusion_threshold_mb": ("HOROVOD_FUSION_THRESHOLD", lambda mb: str(mb * 1024 * 1024)),
+    "cache_capacity": ("HOROVOD_CACHE_CAPACITY", str),
+    "no_stall_check": ("HOROVOD_STALL_CHECK_DISABLE", lambda off: "1" if off else "0"),
+    "stall_check_warning_time_seconds": ("HOROVOD_STALL_CHECK_TIME_SECONDS", str),
+    "stall_check_shutdown_time_seconds": ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str),
+    "gloo_timeout_seconds": ("HOROVOD_GLOO_TIMEOUT_SECONDS", str),
+}
+
+_noted = set()
+
+
+def note_once(flag, reason, prog="horovodrun"):
+    """Prints, once per process and flag, that `flag` has no effect on hora."""
+    if flag not in _noted:
+        _noted.add(flag)
+        print(f"{prog}: {flag} has no effect on hora: {reason}", file=sys.stderr, flush=True)
+
+
+def not_supported_message(flag, what):
+    return f"{flag} is not supported by hora yet ({what})"
+
+
+class _NoEffect(argparse.Action):
+    def __init__(self, option_strings, dest, reason, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.reason = reason
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.no_effect.setdefault(option_string, self.reason)
+
+
+class _NotSupported(argparse.Action):
+    def __init__(self, option_strings, dest, what, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.what = what
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(not_supported_message(option_string, self.what))
+
+
+class _CheckBuild(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(check_build_report())
+        parser.exit(0)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="horovodrun", description="Horovod's launcher, running the job on hora (through horarun).")
+    parser.add_argument("-v", "--version", action="version", version=HOROVOD_VERSION)
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int)
+    parser.add_argument("-cb", "--check-build", action=_CheckBuild, nargs=0)
+    parser.add_argument("--start-timeout", type=int)
+    parser.add_argument("--output-filename")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", action="store_true",
+                        dest="prefix_output_with_timestamp")
+    parser.add_argument("-p", "--ssh-port", type=int)
+    parser.add_argument("-i", "--ssh-identity-file")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts")
+    hosts.add_argument("-hostfile", "--hostfile")
+    controller = parser.add_mutually_exclusive_group()
+    controller.add_argument("--gloo", action="store_true", dest="use_gloo")
+    controller.add_argument("--mpi", action="store_true", dest="use_mpi")
+    parser.add_argument("--mpi-args")
+    parser.add_argument("--fusion-threshold-mb", type=int)
+    parser.add_argument("--cache-capacity", type=int)
+    stall = parser.add_mutually_exclusive_group()
+    stall.add_argument("--no-stall-check", action="store_const", const=True, dest="no_stall_check")
+    stall.add_argument("--stall-check", action="store_const", const=False, dest="no_stall_check")
+    parser.add_argument("--stall-check-warning-time-seconds", type=int)
+    parser.add_argument("--stall-check-shutdown-time-seconds", type=int)
+    parser.add_argument("--gloo-timeout-seconds", type=int)
+    for flags, nargs, reason in NO_EFFECT:
+        parser.add_argument(*flags, action=_NoEffect, nargs=nargs, reason=reason, dest=argparse.SUPPRESS,
+                            metavar="VALUE" if nargs else None, help=f"no effect on hora: {reason}")
+    for flags, nargs, what in NOT_SUPPORTED:
+        parser.add_argument(*flags, action=_NotSupported, nargs=nargs, what=what, dest=argparse.SUPPRESS,
+                            metavar="VALUE" if nargs else None, help=f"not supported yet: {what}")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
+    parser.set_defaults(no_effect={})
+    return parser
+
+
+def horarun_arguments(args):
+    """horarun's command line for parsed horovodrun `args`."""
+    argv = ["-np", str(args.num_proc)]
+    for flag, value in (("-H", args.hosts), ("--hostfile", args.hostfile),
+                        ("--start-timeout", args.start_timeout), ("--ssh-port", args.ssh_port),
+                        ("--ssh-identity-file", args.ssh_identity_file),
+                        ("--output-filename", args.output_filename), ("--mpi-args", args.mpi_args)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.use_mpi:
+        argv.append("--mpi")
+    if args.verbose:
+        argv.append("-v")
+    if args.prefix_output_with_timestamp:
+        argv.append("--prefix-output-with-timestamp")
+    return argv + ["--"] + list(args.command)
+
+
+def environment_settings(args):
+    """The HOROVOD_* variables that horovodrun `args` set for the ranks."""
+    return {name: convert(getattr(args, dest)) for dest, (name, convert) in ENVIRONMENT.items()
+            if getattr(args, dest) is not None}
+
+
+def parse_args(argv):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.num_proc is None:
+        parser.error("-np/--num-proc is required")
+    if not args.command:
+        parser.error("no command to run")
+    if args.mpi_args and not args.use_mpi:
+        args.no_effect.setdefault("--mpi-args", "it applies with --mpi only (hora's default launcher is "
+                                                "its own, with Gloo)")
+    return args
+
+
+def check_build_report():
+    """Horovod's --check-build table, for this installation of hora."""
+    from hora import _core
+
+    def mark(flag):
+        return "X" if flag else " "
+
+    torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("hora.torch") is not None
+    tensorflow = importlib.util.find_spec("hora.tensorflow") is not None
+    mxnet = importlib.util.find_spec("hora.mxnet") is not None
+    mpi = _core.mpi_built()
+    return textwrap.dedent(f"""\
+        Horovod v{HOROVOD_VERSION} (hora):
+
+        Available Frameworks:
+            [{mark(tensorflow)}] TensorFlow
+            [{mark(torch)}] PyTorch
+            [{mark(mxnet)}] MXNet
+
+        Available Controllers:
+            [{mark(mpi)}] MPI
+            [X] Gloo
+
+        Available Tensor Operations:
+            [ ] NCCL
+            [ ] DDL
+            [ ] CCL
+            [{mark(mpi)}] MPI
+            [X] Gloo""")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for flag, reason in args.no_effect.items():
+        note_once(flag, reason)
+    os.environ.update(environment_settings(args))
+    return launch.main(horarun_arguments(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
