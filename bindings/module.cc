@@ -129,6 +129,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<Work>(m, "Work")
       .def("ready", &Work::ready)
+      .def("finished", &Work::finished)
       .def("wait", &Work::wait, nb::call_guard<nb::gil_scoped_release>())
       .def("received_splits", &Work::received_splits);
   m.def("output", [](const std::shared_ptr<Work>& work, DataType dtype) { return output_array(work, dtype); },
@@ -152,15 +153,18 @@ NB_MODULE(_core, m) {
   m.def("mpi_threads_supported", &mpi_threads_supported);
   m.def("mpi_abort", &abort_mpi_job, "exit_code"_a);
 
-  m.def("add_process_set", [](const std::vector<int>& ranks) {
-    Runtime& rt = current();
-    ProcessSet set;
-    {
-      nb::gil_scoped_release release;
-      set = rt.add_process_set(ranks);
-    }
-    return nb::make_tuple(set.id, set.ranks, set.rank, set.generation);
-  });
+  m.def(
+      "add_process_set",
+      [](const std::vector<int>& ranks, bool first_use) {
+        Runtime& rt = current();
+        ProcessSet set;
+        {
+          nb::gil_scoped_release release;
+          set = rt.add_process_set(ranks, first_use ? SetOrigin::kFirstUse : SetOrigin::kAdded);
+        }
+        return nb::make_tuple(set.id, set.ranks, set.rank, set.generation);
+      },
+      "ranks"_a, "first_use"_a = false);
   m.def("process_set_id", [](const std::vector<int>& ranks, int generation) {
     Runtime& rt = current();
     nb::gil_scoped_release release;

@@ -59,7 +59,8 @@ class Runtime {
   // and its generation; process_set_id(ranks, generation) reads the id later.
   // Ids are computed by the set's lowest member (see
   // src/process_set/membership.h): the same on every run, never reused.
-  ProcessSet add_process_set(std::vector<int> ranks);
+  // `origin` kFirstUse: a member registers a set on its first op instead.
+  ProcessSet add_process_set(std::vector<int> ranks, SetOrigin origin = SetOrigin::kAdded);
   // The id of the `generation`-th set over `ranks` that the members agreed
   // on, for a non-member that added it too; blocks until the set's lowest
   // member has published it (Timeout after config().timeout).

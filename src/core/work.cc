@@ -4,13 +4,25 @@ namespace hora {
 
 bool Work::ready() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (done_ && record_) record_->observed = true;
+  return done_;
+}
+
+bool Work::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   return done_;
 }
 
 void Work::wait() const {
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_; });
+  if (record_) record_->observed = true;
   if (error_) std::rethrow_exception(error_);
+}
+
+void Work::finish_locked() {
+  done_ = true;
+  if (record_) record_->finished_at = static_cast<int64_t>(record_->submit_count.load());
 }
 
 std::byte* Work::allocate_output(size_t bytes, std::vector<int64_t> shape) {
@@ -23,7 +35,7 @@ std::byte* Work::allocate_output(size_t bytes, std::vector<int64_t> shape) {
 void Work::complete() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
+    finish_locked();
   }
   done_cv_.notify_all();
 }
@@ -33,7 +45,7 @@ void Work::fail(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return;
     error_ = std::move(error);
-    done_ = true;
+    finish_locked();
   }
   done_cv_.notify_all();
 }

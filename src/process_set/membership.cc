@@ -41,18 +41,20 @@ int32_t dynamic_process_set_id(int32_t first_dynamic_id, int world_size, int low
   return static_cast<int32_t>(first_dynamic_id + sequence * world_size + lowest_rank);
 }
 
-std::string process_set_id_key(const std::vector<int>& ranks, int generation) {
-  return "process_sets/" + ranks_string(ranks) + "/" + std::to_string(generation);
+std::string process_set_id_key(const std::vector<int>& ranks, SetOrigin origin, int generation) {
+  return "process_sets/" + ranks_string(ranks) + (origin == SetOrigin::kAdded ? "/added/" : "/first_use/") +
+         std::to_string(generation);
 }
 
-void publish_process_set_id(Store& store, const std::vector<int>& ranks, int generation, int32_t id) {
+void publish_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
+                            int32_t id) {
   std::string text = std::to_string(id);
-  store.set(process_set_id_key(ranks, generation), std::vector<uint8_t>(text.begin(), text.end()));
+  store.set(process_set_id_key(ranks, origin, generation), std::vector<uint8_t>(text.begin(), text.end()));
 }
 
-int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, int generation,
+int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
                                  std::chrono::milliseconds timeout) {
-  std::string key = process_set_id_key(ranks, generation);
+  std::string key = process_set_id_key(ranks, origin, generation);
   std::vector<uint8_t> value;
   try {
     value = store.get(key, timeout);

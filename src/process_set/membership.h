@@ -4,9 +4,10 @@
 // The set's lowest member computes the id from what it alone knows: its own
 // rank and how many sets it has created as their lowest member before
 // (dynamic_process_set_id). It publishes the id under a key made of the
-// ranks and a generation number (how many sets over exactly these ranks this
-// rank has added before); the other members, and non-members that want the
-// id, read that key. Non-members take no part in creating the set.
+// ranks, how the set came to be (SetOrigin) and a generation number (how many
+// sets over exactly these ranks, of that origin, this rank has registered
+// before); the other members, and non-members that want the id, read that
+// key. Non-members take no part in creating the set.
 //
 // The id is therefore the same on every run of the same program, whatever
 // order sets are created in by different lowest members, and two sets never
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "hora/process_set.h"
 #include "hora/store.h"
 
 namespace hora {
@@ -36,15 +38,16 @@ int32_t dynamic_process_set_id(int32_t first_dynamic_id, int world_size, int low
 
 // The store key under which the lowest member of the `generation`-th set over
 // `ranks` (sorted) publishes its id.
-std::string process_set_id_key(const std::vector<int>& ranks, int generation);
+std::string process_set_id_key(const std::vector<int>& ranks, SetOrigin origin, int generation);
 
 // The lowest member: publishes `id` for the other members and non-members.
-void publish_process_set_id(Store& store, const std::vector<int>& ranks, int generation, int32_t id);
+void publish_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
+                            int32_t id);
 
 // Anyone: the id the lowest member published for the `generation`-th set
 // over `ranks`, waiting up to `timeout` for it. Throws Timeout naming the set
 // and its lowest rank when it is not published in time.
-int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, int generation,
+int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
                                  std::chrono::milliseconds timeout);
 
 }  // namespace hora

@@ -34,9 +34,9 @@ bool ProcessSetTable::erase(int32_t id) {
   return true;
 }
 
-int ProcessSetTable::next_generation(const std::vector<int>& ranks) {
+int ProcessSetTable::next_generation(const std::vector<int>& ranks, SetOrigin origin) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return generations_[ranks]++;
+  return generations_[{origin, ranks}]++;
 }
 
 int64_t ProcessSetTable::next_lowest_member_sequence() {

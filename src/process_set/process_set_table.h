@@ -24,8 +24,9 @@ class ProcessSetTable {
   std::optional<ProcessSet> find(int32_t id) const;
   // Marks `id` removed; false if it was not registered.
   bool erase(int32_t id);
-  // Returns the generation for a new set over `ranks` and counts it.
-  int next_generation(const std::vector<int>& ranks);
+  // Returns the generation for a new set over `ranks` of that origin and
+  // counts it.
+  int next_generation(const std::vector<int>& ranks, SetOrigin origin);
   // Returns how many sets this rank has created as their lowest member, and
   // counts one more.
   int64_t next_lowest_member_sequence();
@@ -35,7 +36,7 @@ class ProcessSetTable {
   mutable std::mutex mutex_;
   std::map<int32_t, ProcessSet> sets_;
   std::set<int32_t> removed_;
-  std::map<std::vector<int>, int> generations_;
+  std::map<std::pair<SetOrigin, std::vector<int>>, int> generations_;
   int64_t lowest_member_sequence_ = 0;
 };
 

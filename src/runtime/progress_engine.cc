@@ -67,27 +67,40 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   return work;
 }
 
-// Called with state_mutex_ held. The engine holds every Work until it
-// completes, so an expired entry is a completed op; completed entries are
-// dropped whenever the table has doubled since the last sweep.
+namespace {
+
+// An op's name is free again once the op has finished and this rank has seen
+// that: it waited for the op (or polled it done), or it submitted another op
+// on the set after the op had finished. So a rank that submits the same name
+// twice in a row is refused however fast the first op finished, and a name
+// is never held by a finished op for longer than the next submission.
+bool name_is_free(const WorkRecord& earlier, uint64_t submitted_before) {
+  const int64_t finished_at = earlier.finished_at.load();
+  if (finished_at < 0) return false;
+  return earlier.observed.load() || submitted_before > static_cast<uint64_t>(finished_at);
+}
+
+}  // namespace
+
+// Called with state_mutex_ held. Entries whose names are free are dropped
+// whenever the table has doubled since the last sweep.
 void ProgressEngine::claim_name(const Request& request, const std::shared_ptr<Work>& work) {
+  const uint64_t submitted_before = submit_count_.load();
   auto it = in_flight_.find(request.name);
-  if (it != in_flight_.end()) {
-    std::shared_ptr<Work> earlier = it->second.lock();
-    if (earlier && !earlier->ready())
-      throw InvalidArgument(std::string(op_type_name(request.op)) + " '" + request.name +
-                            "': this rank already has an op of that name in flight on process set " +
-                            std::to_string(options_.process_set_id) +
-                            "; names of concurrent ops must be unique (wait for the first one)");
-  }
+  if (it != in_flight_.end() && !name_is_free(*it->second, submitted_before))
+    throw InvalidArgument(std::string(op_type_name(request.op)) + " '" + request.name +
+                          "': this rank already has an op of that name in flight on process set " +
+                          std::to_string(options_.process_set_id) +
+                          "; names of concurrent ops must be unique (wait for the first one)");
   if (in_flight_.size() >= sweep_in_flight_at_) {
-    std::erase_if(in_flight_, [](const auto& entry) {
-      std::shared_ptr<Work> w = entry.second.lock();
-      return !w || w->ready();
-    });
+    std::erase_if(in_flight_,
+                  [&](const auto& entry) { return name_is_free(*entry.second, submitted_before); });
     sweep_in_flight_at_ = std::max<size_t>(64, 2 * in_flight_.size());
   }
-  in_flight_[request.name] = work;
+  auto record = std::make_shared<WorkRecord>(submit_count_);
+  work->set_record(record);
+  in_flight_[request.name] = std::move(record);
+  submit_count_.fetch_add(1);
 }
 
 void ProgressEngine::stop(const std::string& reason) {

@@ -163,9 +163,10 @@ class ProgressEngine {
   std::condition_variable connected_cv_;
   bool connected_ = false;
   std::map<OpType, int64_t> noname_counters_;
-  // Ops submitted here, by name, until their Work completes: a second op of
-  // the same name meanwhile is refused (claim_name).
-  std::unordered_map<std::string, std::weak_ptr<Work>> in_flight_;
+  // Ops submitted here, by name, until their names are free again: a second
+  // op of the same name meanwhile is refused (claim_name).
+  std::unordered_map<std::string, std::shared_ptr<WorkRecord>> in_flight_;
+  std::atomic<uint64_t> submit_count_{0};  // ops submitted here so far
   size_t sweep_in_flight_at_ = 64;
   bool joined_ = false;  // a join op of this member is pending
   std::string stop_reason_;

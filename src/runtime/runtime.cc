@@ -68,21 +68,21 @@ void Runtime::create_set(const ProcessSet& set) {
   engines_[set.id] = std::move(engine);
 }
 
-ProcessSet Runtime::add_process_set(std::vector<int> ranks) {
+ProcessSet Runtime::add_process_set(std::vector<int> ranks, SetOrigin origin) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shut_down_) throw InvalidArgument("hora has been shut down");
   }
   ranks = validate_ranks(std::move(ranks), config_.size);
   ProcessSet set = make_set(-1, ranks, config_.rank);
-  set.generation = table_->next_generation(ranks);
+  set.generation = table_->next_generation(ranks, origin);
   if (!set.included()) return set;
   if (config_.rank == ranks.front()) {
     set.id = dynamic_process_set_id(first_dynamic_id_, config_.size, config_.rank,
                                     table_->next_lowest_member_sequence());
-    publish_process_set_id(*store_, ranks, set.generation, set.id);
+    publish_process_set_id(*store_, ranks, origin, set.generation, set.id);
   } else {
-    set.id = published_process_set_id(*store_, ranks, set.generation, config_.timeout);
+    set.id = published_process_set_id(*store_, ranks, origin, set.generation, config_.timeout);
   }
   table_->insert(set);
   create_set(set);
@@ -122,7 +122,8 @@ int32_t Runtime::process_set_id(const std::vector<int>& ranks, int generation) c
     if (shut_down_) throw InvalidArgument("hora has been shut down");
   }
   if (generation < 0) throw InvalidArgument("generation " + std::to_string(generation) + " is negative");
-  return published_process_set_id(*store_, validate_ranks(ranks, config_.size), generation, config_.timeout);
+  return published_process_set_id(*store_, validate_ranks(ranks, config_.size), SetOrigin::kAdded, generation,
+                                  config_.timeout);
 }
 
 ProcessSet Runtime::process_set(int32_t id) const { return table_->get(id); }

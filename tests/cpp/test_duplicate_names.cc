@@ -111,5 +111,37 @@ TEST(DuplicateNames, AnOpStaysClaimedWhileManyOthersComeAndGo) {
   });
 }
 
+// Horovod's own tests submit a name twice in a row and expect the second
+// call to fail, however quickly the first op finished: a name is free again
+// only once this rank has seen its op finish (wait, or a ready() that said
+// true) or has submitted another op since it finished.
+TEST(DuplicateNames, ANameIsHeldUntilThisRankSawItsOpFinish) {
+  std::atomic<bool> first_submitted{false};
+  run_ranks(2, [&](Runtime& rt) {
+    std::vector<float> in = {1.0f}, out(1), out2(1), y(1), again(1), z(1);
+    if (rt.rank() == 0) {
+      auto first = rt.enqueue(0, allreduce(in, out, "x"));
+      first_submitted = true;
+      rt.enqueue(0, allreduce(in, y, "y"))->wait();
+      first->wait();
+      rt.enqueue(0, allreduce(in, again, "x"))->wait();
+      rt.enqueue(0, allreduce(in, z, "w"))->wait();
+      rt.enqueue(0, allreduce(in, z, "w"))->wait();
+      return;
+    }
+    wait_for(first_submitted);
+    rt.enqueue(0, allreduce(in, out, "x"));  // the handle is dropped at once
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // long enough for "x" to finish
+    EXPECT_EQ(out[0], 2.0f);
+    expect_duplicate(rt, 0, allreduce(in, out2, "x"));
+    rt.enqueue(0, allreduce(in, y, "y"))->wait();   // another op since "x" finished: the name is free
+    rt.enqueue(0, allreduce(in, again, "x"))->wait();
+    EXPECT_EQ(again[0], 2.0f);
+    rt.enqueue(0, allreduce(in, z, "w"))->wait();  // waited for: the name is free at once
+    rt.enqueue(0, allreduce(in, z, "w"))->wait();
+    EXPECT_EQ(z[0], 2.0f);
+  });
+}
+
 }  // namespace
 }  // namespace hora

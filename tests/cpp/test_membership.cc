@@ -68,22 +68,24 @@ TEST(PublishedProcessSetId, ReadersWaitForTheLowestMember) {
   auto store = make_hash_store();
   std::thread lowest([&] {
     std::this_thread::sleep_for(milliseconds(50));
-    publish_process_set_id(*store, {1, 3}, 0, 6);
+    publish_process_set_id(*store, {1, 3}, SetOrigin::kAdded, 0, 6);
   });
-  EXPECT_EQ(published_process_set_id(*store, {1, 3}, 0, milliseconds(5000)), 6);
+  EXPECT_EQ(published_process_set_id(*store, {1, 3}, SetOrigin::kAdded, 0, milliseconds(5000)), 6);
   lowest.join();
   // Each generation over the same ranks has its own key.
-  publish_process_set_id(*store, {1, 3}, 1, 10);
-  EXPECT_EQ(published_process_set_id(*store, {1, 3}, 1, milliseconds(100)), 10);
-  EXPECT_EQ(published_process_set_id(*store, {1, 3}, 0, milliseconds(100)), 6);
-  EXPECT_NE(process_set_id_key({1, 3}, 0), process_set_id_key({1, 3}, 1));
-  EXPECT_NE(process_set_id_key({1, 3}, 0), process_set_id_key({1, 2, 3}, 0));
+  publish_process_set_id(*store, {1, 3}, SetOrigin::kAdded, 1, 10);
+  EXPECT_EQ(published_process_set_id(*store, {1, 3}, SetOrigin::kAdded, 1, milliseconds(100)), 10);
+  EXPECT_EQ(published_process_set_id(*store, {1, 3}, SetOrigin::kAdded, 0, milliseconds(100)), 6);
+  auto added = SetOrigin::kAdded;
+  EXPECT_NE(process_set_id_key({1, 3}, added, 0), process_set_id_key({1, 3}, added, 1));
+  EXPECT_NE(process_set_id_key({1, 3}, added, 0), process_set_id_key({1, 2, 3}, added, 0));
+  EXPECT_NE(process_set_id_key({1, 3}, added, 0), process_set_id_key({1, 3}, SetOrigin::kFirstUse, 0));
 }
 
 TEST(PublishedProcessSetId, TimesOutNamingTheSetAndItsLowestRank) {
   auto store = make_hash_store();
   try {
-    published_process_set_id(*store, {2, 3}, 1, milliseconds(50));
+    published_process_set_id(*store, {2, 3}, SetOrigin::kAdded, 1, milliseconds(50));
     ADD_FAILURE() << "expected Timeout";
   } catch (const Timeout& e) {
     std::string what = e.what();
@@ -194,6 +196,21 @@ TEST(RuntimeProcessSetIds, NonMembersNeitherBlockNorFailOnRemove) {
     EXPECT_EQ(set.id, 1);
     EXPECT_TRUE(rt.remove_process_set(set.id));
   });
+}
+
+// Members that first registered a set over [0, 1] on first use, then every
+// rank adds one over the same ranks (Horovod's style): the non-members must
+// read the added set's id, not the first-use set's.
+TEST(RuntimeProcessSetIds, FirstUseSetsDoNotShiftTheIdsNonMembersRead) {
+  std::vector<int32_t> ids(4, -1);
+  run_ranks(4, [&](Runtime& rt) {
+    if (rt.rank() < 2) rt.add_process_set({0, 1}, SetOrigin::kFirstUse);
+    ProcessSet added = rt.add_process_set({0, 1});
+    ids[rt.rank()] = added.included() ? added.id : rt.process_set_id({0, 1}, added.generation);
+  });
+  EXPECT_EQ(ids[2], ids[0]);
+  EXPECT_EQ(ids[3], ids[0]);
+  EXPECT_EQ(ids[1], ids[0]);
 }
 
 TEST(RuntimeProcessSetIds, ReadingAnIdRefusesBadArguments) {

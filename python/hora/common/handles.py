@@ -19,7 +19,7 @@ def release_finished_orphans():
     """Drops the buffers of orphaned ops that have finished (each submit calls it)."""
     with _orphans_lock:
         if _orphans:
-            _orphans[:] = [(work, keep) for work, keep in _orphans if not work.ready()]
+            _orphans[:] = [(work, keep) for work, keep in _orphans if not work.finished()]
 
 
 class Handle:
@@ -38,7 +38,9 @@ class Handle:
 
     def __del__(self):
         try:
-            if self._keep is not None and not self._work.ready():
+            # finished(), not ready(): a dropped handle has not seen its op
+            # finish, so the op's name stays taken (docs/process_sets.md).
+            if self._keep is not None and not self._work.finished():
                 with _orphans_lock:
                     _orphans.append((self._work, self._keep))
         except Exception:  # interpreter shutdown: nothing runs any more

@@ -309,13 +309,13 @@ class Collectives:
         if op not in (Sum, Average):
             raise UnsupportedOperationError(f"reducescatter supports only the Sum and Average reductions, got "
                                             f"{_types.reduce_op_name(op)}")
+        shapes = [self.adapter.shape(tensor) for tensor in tensors]
+        if not all(shapes):  # before anything is submitted: no op of a group is left in flight
+            raise ValueError("reducescatter needs a tensor with at least one dimension")
         ps = _set(process_set)
         _process_sets.resolve(ps)
         handles = []
-        for tensor, name in zip(tensors, names):
-            shape = self.adapter.shape(tensor)
-            if not shape:
-                raise ValueError("reducescatter needs a tensor with at least one dimension")
+        for tensor, name, shape in zip(tensors, names, shapes):
             rows = reducescatter_rows(shape[0], ps.size(), ps.rank())
             output = self.adapter.empty((rows,) + tuple(shape[1:]), tensor)
             handles.append(submit(_types.REDUCESCATTER, self.adapter.buffer(tensor), self.adapter.buffer(output),

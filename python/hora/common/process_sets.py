@@ -90,7 +90,9 @@ class ProcessSet:
         self.process_set_id = None
 
     def __str__(self):
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
+        # Never waits: a non-member's id not read yet shows as None.
+        known_id = self._id if self._id is not None else self._non_member_id
+        return f"ProcessSet(process_set_id={known_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
 
     __repr__ = __str__
 
@@ -155,8 +157,11 @@ def _on_shutdown():
 _awaiting_id = weakref.WeakSet()
 
 
-def _register(ps):
-    set_id, _, _, generation = _core.add_process_set(ps.ranks)
+def _register(ps, first_use=False):
+    """Registers ``ps`` with the core; ``first_use``: a member's first op on
+    a set it never added (counted apart from added sets, see
+    docs/process_sets.md, "Ids")."""
+    set_id, _, _, generation = _core.add_process_set(ps.ranks, first_use)
     ps._removed_id = None
     if set_id >= 0:
         ps.process_set_id = set_id
@@ -187,7 +192,7 @@ def resolve(process_set):
     _resolve_communicator(process_set)
     if not process_set.included():
         raise ValueError(f"rank {_core.rank()} is not a member of process set {process_set.ranks}")
-    return _register(process_set).process_set_id
+    return _register(process_set, first_use=True).process_set_id
 
 
 def _resolve_communicator(process_set):

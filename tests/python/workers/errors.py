@@ -1,5 +1,7 @@
 """Bad input and misuse raise clear errors, never hang. Run on 4 ranks."""
 
+import time
+
 import numpy as np
 
 import hora.numpy as hvd
@@ -56,10 +58,42 @@ raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=np.ones((2, 2), dtype
 raises(ValueError, lambda: hvd.alltoall(np.ones(4), splits=np.ones(4)), "integers")
 raises(ValueError, lambda: hvd.synchronize("nope"), "handle")
 
+# A second op under a name this rank has in flight is refused at once; the
+# first op and the set are unaffected.
+if me == 0:
+    first = hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup")
+    raises(ValueError, lambda: hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup"), "'dup'",
+           "already has an op of that name in flight")
+hvd.barrier()  # rank 0's "dup" cannot finish before the others submit theirs
+if me != 0:
+    first = hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup")
+np.testing.assert_array_equal(hvd.synchronize(first), [4.0, 4.0])
+# Horovod's own tests: the others submit "dup2" (rank 0's has waited for
+# them) and at once again, dropping the first handle. However fast the first
+# op finished, this rank has not seen it finish: the second is refused.
+if me == 0:
+    held = hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup2")
+hvd.barrier()
+if me != 0:
+    hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup2")
+    time.sleep(0.2)  # the op has finished by now
+    raises(ValueError, lambda: hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="dup2"), "'dup2'", "in flight")
+else:
+    hvd.synchronize(held)
+hvd.barrier()  # another op since "dup2" finished: the name is free again
+np.testing.assert_array_equal(hvd.allreduce(np.ones(2), op=hvd.Sum, name="dup2"), [4.0, 4.0])
+
 # add / remove / re-add.
 added = hvd.add_process_set([0, 1])
+if me not in (0, 1):  # printing a non-member's set does not wait for its id
+    assert str(added) == "ProcessSet(process_set_id=None, ranks=[0, 1], mpi_comm=None)", added
+# Every rank reads the same id, although ranks 0 and 1 registered `pair`
+# over the same ranks on first use above.
+every_id = hvd.allgather(np.array([added.process_set_id], dtype=np.int64), name="added.id")
+assert len(set(every_id.tolist())) == 1, every_id
 if me in (0, 1):
     assert added.process_set_id is not None and added.process_set_id > 0, added
+    raises(ValueError, lambda: hvd.add_process_set(added), "already registered")
     np.testing.assert_array_equal(added.allreduce(np.full(2, me), op=hvd.Sum), [1, 1])
     old_id = added.process_set_id
     assert hvd.remove_process_set(added) is True
@@ -71,6 +105,7 @@ if me in (0, 1):
     assert hvd.remove_process_set(again.process_set_id) is True
 else:
     # Non-members neither block nor register; they read the members' id.
+    raises(ValueError, lambda: hvd.add_process_set(added), "already registered")
     assert added.process_set_id > 0, added
     assert hvd.remove_process_set(added) is True and added.process_set_id is None
 assert hvd.remove_process_set(hvd.global_process_set) is False

@@ -38,6 +38,12 @@ raises(ValueError, lambda: hvd.allreduce(torch.ones(2).to_sparse()), "sparse")
 raises(ValueError, lambda: hvd.allreduce(torch.ones(2, device="meta")), "meta", "CPU tensors only")
 raises(ValueError, lambda: hvd.allgather(torch.tensor(1.0)), "at least one dimension")
 raises(ValueError, lambda: hvd.reducescatter(torch.tensor(1.0)), "at least one dimension")
+# Refused on one rank alone, before any tensor of the group is submitted: the
+# next (unnamed) reducescatter still pairs up with the other ranks'.
+if me == 0:
+    raises(ValueError, lambda: hvd.grouped_reducescatter([torch.ones(4), torch.tensor(1.0)]),
+           "at least one dimension")
+assert torch.equal(hvd.reducescatter(torch.full((4,), 2.0), op=hvd.Sum), torch.full((1,), 8.0))
 
 # Roots.
 raises(ValueError, lambda: hvd.broadcast(torch.ones(2), root_rank=4), "root rank 4", "process set 0")
