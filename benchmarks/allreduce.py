@@ -5,6 +5,7 @@ same run on the same machine.
     python benchmarks/allreduce.py                # 2 and 4 ranks, 4 B .. 64 MiB
     python benchmarks/allreduce.py --np 4 --max-bytes 1048576
     python benchmarks/allreduce.py --backend mpi  # hora on MPI, mpi4py, torch
+    python benchmarks/allreduce.py --np 2 --peers hora,hora-noshm,torch   # shared memory on and off
 
 Each peer runs as its own job under horarun; every rank times in-place
 float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
@@ -80,7 +81,8 @@ def worker_mpi4py(sizes):
     return results
 
 
-WORKERS = {"hora": worker_hora, "mpi4py": worker_mpi4py}
+# hora-noshm: hora with its shared-memory path off (HORA_SHM=0).
+WORKERS = {"hora": worker_hora, "hora-noshm": worker_hora, "mpi4py": worker_mpi4py}
 
 
 def free_port():
@@ -91,12 +93,15 @@ def free_port():
 
 def run_peer(peer, np_, sizes, backend):
     # hora on MPI and mpi4py run under mpirun; hora on Gloo and torch under horarun.
-    through_mpi = peer == "mpi4py" or (peer == "hora" and backend == "mpi")
+    hora = peer.startswith("hora")
+    through_mpi = peer == "mpi4py" or (hora and backend == "mpi")
     launcher = ["--mpi"] if through_mpi else []
     cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np_), sys.executable,
            os.path.abspath(__file__), "--worker", peer, "--port", str(free_port()),
            "--sizes", ",".join(map(str, sizes))]
-    env = dict(os.environ, HORA_BACKEND=backend) if peer == "hora" else None
+    env = dict(os.environ, HORA_BACKEND=backend) if hora else None
+    if peer == "hora-noshm":
+        env["HORA_SHM"] = "0"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
     if out.returncode != 0:
         raise SystemExit(f"{peer} on {np_} ranks failed:\n{out.stdout}\n{out.stderr}")
@@ -125,7 +130,7 @@ def main():
     parser.add_argument("--np", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--backend", choices=("gloo", "mpi"), default="gloo", help="hora's backend")
-    parser.add_argument("--peers", help="comma-separated, from hora, torch, mpi4py (default: hora,torch; "
+    parser.add_argument("--peers", help="comma-separated, from hora, hora-noshm, torch, mpi4py (default: hora,torch; "
                                         "with --backend mpi: hora,mpi4py,torch)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

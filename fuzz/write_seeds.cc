@@ -1,6 +1,6 @@
 // Writes the starting corpus of the fuzz targets: one file per sample
 // message, so that fuzzing starts from valid encodings rather than from
-// nothing. Usage: write_seeds <control_wire dir> <store_protocol dir>
+// nothing. Usage: write_seeds <control_wire dir> <store_protocol dir> <segment_header dir>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -8,6 +8,7 @@
 
 #include "coordinator/wire.h"
 #include "store/store_protocol.h"
+#include "transport/shm/segment.h"
 
 namespace {
 
@@ -34,8 +35,8 @@ std::vector<uint8_t> payload_of(const hora::store_protocol::Request& request) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: write_seeds <control_wire dir> <store_protocol dir>\n";
+  if (argc != 4) {
+    std::cerr << "usage: write_seeds <control_wire dir> <store_protocol dir> <segment_header dir>\n";
     return 2;
   }
   using namespace hora;
@@ -89,5 +90,14 @@ int main(int argc, char** argv) {
   write(store, "reply_ok", encode_reply(Reply{Status::kOk, {'4', '2'}}));
   write(store, "reply_refusal", encode_reply(Reply{Status::kBadRequest, {'n', 'o'}}));
   write(store, "keys", encode_keys({"process_set.1/gloo/0", "", "k"}));
+
+  // A segment header: 8 bytes of mapping size, then the header line.
+  for (uint32_t ranks : {2u, 4u}) {
+    const shm::SegmentLayout layout = shm::plan_layout(ranks, 1 << 20, 1 << 16);
+    std::vector<uint8_t> seed(8 + shm::kLine, 0);
+    for (int i = 0; i < 8; ++i) seed[i] = static_cast<uint8_t>(layout.total_bytes >> (8 * i));
+    shm::write_header(seed.data() + 8, layout);
+    write(argv[3], "header_" + std::to_string(ranks), seed);
+  }
   return 0;
 }

@@ -7,10 +7,12 @@
 set -euo pipefail
 build=$1
 seconds=$2
-targets=(control_wire_fuzzer store_protocol_fuzzer)
+targets=(control_wire_fuzzer store_protocol_fuzzer segment_header_fuzzer)
 
-mkdir -p "$build/corpus/control_wire_fuzzer" "$build/corpus/store_protocol_fuzzer" "$build/findings"
-"$build/write_seeds" "$build/corpus/control_wire_fuzzer" "$build/corpus/store_protocol_fuzzer"
+for target in "${targets[@]}"; do mkdir -p "$build/corpus/$target"; done
+mkdir -p "$build/findings"
+"$build/write_seeds" "$build/corpus/control_wire_fuzzer" "$build/corpus/store_protocol_fuzzer" \
+  "$build/corpus/segment_header_fuzzer"
 for target in "${targets[@]}"; do
   echo "fuzz: $target for ${seconds} s"
   log="$build/findings/$target.log"

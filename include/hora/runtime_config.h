@@ -37,6 +37,14 @@ struct RuntimeConfig {
   // that a job can shut down and init again; every rank must do so alike.
   int epoch = 0;
 
+  // Sets whose members share a host use shared memory (HORA_SHM=0: never).
+  bool shm = true;
+  // Bytes of each shared-memory slot (HORA_SHM_SLOT_BYTES; 0: the default).
+  size_t shm_slot_bytes = 0;
+  // Added to this process's host identity (HORA_HOST_IDENTITY): ranks that
+  // claim different ones never share memory (tests simulate hosts with it).
+  std::string host_identity;
+
   // The transport: "gloo" or "mpi"; empty picks MPI when an MPI launcher
   // started the process (or a communicator is given), else Gloo. Once the
   // Runtime runs, config().backend names the one in use.

@@ -101,6 +101,20 @@ class BackendFactory {
 // Gloo over TCP. `hostname` is the address this process listens on.
 std::unique_ptr<BackendFactory> make_gloo_backend_factory(const std::string& hostname);
 
+// What make_shm_backend_factory may do.
+struct ShmOptions {
+  bool enabled = true;        // false: every set takes the network path (HORA_SHM=0)
+  size_t slot_bytes = 0;      // per member and buffer, a multiple of 4096; 0: 1 MiB
+  std::string host_identity;  // added to this host's identity (tests simulate hosts)
+};
+
+// Sets whose members all publish the same host identity (boot id, host
+// name, /dev/shm device, pid namespace) in the set's store get a shared-
+// memory backend (src/transport/shm/); other sets, and a set whose segment
+// cannot be made or mapped (with one warning), get `network`'s backends.
+std::unique_ptr<BackendFactory> make_shm_backend_factory(std::unique_ptr<BackendFactory> network,
+                                                         ShmOptions options = {});
+
 // Ranks as threads of one process (tests). Every thread's factory must share
 // the same store, which the local backend uses to find its peers.
 std::unique_ptr<BackendFactory> make_local_backend_factory();

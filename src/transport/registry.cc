@@ -32,6 +32,15 @@ JobTransport open_launcher_job(RuntimeConfig config) {
   return job;
 }
 
+// Sets on one host take shared memory, others the job's network factory.
+JobTransport with_shared_memory(JobTransport job) {
+  if (job.config.size > 1 && job.factory) {
+    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity};
+    job.factory = make_shm_backend_factory(std::move(job.factory), std::move(options));
+  }
+  return job;
+}
+
 }  // namespace
 
 JobTransport open_job_transport(RuntimeConfig config) {
@@ -40,9 +49,9 @@ JobTransport open_job_transport(RuntimeConfig config) {
   }
   const bool through_mpi = bootstraps_through_mpi(config);
   if (config.backend.empty()) config.backend = through_mpi ? "mpi" : "gloo";
-  if (!through_mpi) return open_launcher_job(std::move(config));
+  if (!through_mpi) return with_shared_memory(open_launcher_job(std::move(config)));
 #if HORA_WITH_MPI
-  return mpi_transport::open_job(std::move(config));
+  return with_shared_memory(mpi_transport::open_job(std::move(config)));
 #else
   throw InvalidArgument(
       "this process was started by an MPI launcher or asked for MPI (HORA_BACKEND=mpi, init(comm=...)), "

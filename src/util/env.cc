@@ -126,6 +126,11 @@ RuntimeConfig runtime_config_from_env() {
     c.stall_warning_time = std::chrono::milliseconds(0);
   c.stall_shutdown_time =
       millis(read_seconds({"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}, 0));
+  c.shm = read_int({"HORA_SHM"}, 1) != 0;
+  const long long slot_bytes = read_int({"HORA_SHM_SLOT_BYTES"}, 0);
+  if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");
+  c.shm_slot_bytes = static_cast<size_t>(slot_bytes);
+  c.host_identity = read_string({"HORA_HOST_IDENTITY"}, "");
   if (c.size < 1) throw InvalidArgument("HORA_SIZE must be at least 1");
   if (c.rank < 0 || c.rank >= c.size)
     throw InvalidArgument("HORA_RANK=" + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.size - 1));

@@ -1,5 +1,6 @@
-// Both backends ("local": ranks as threads sharing memory; "gloo": TCP on
-// 127.0.0.1) run the same tests: ranks are threads sharing one hash store,
+// Every backend ("local": ranks as threads sharing memory; "gloo": TCP on
+// 127.0.0.1; "shm": a shared-memory segment each thread maps itself) runs
+// the same tests: ranks are threads sharing one hash store,
 // each with its own factory, as separate processes would have.
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kTimeout(5000);
 
 std::unique_ptr<BackendFactory> make_factory(const std::string& kind) {
+  if (kind == "shm") return make_shm_backend_factory(make_local_backend_factory());
   return kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory();
 }
 
@@ -207,7 +209,7 @@ TEST_P(BackendCollectives, BarrierReleasesNobodyBeforeEveryoneArrives) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendCollectives,
-                         ::testing::Combine(::testing::Values("local", "gloo"),
+                         ::testing::Combine(::testing::Values("local", "gloo", "shm"),
                                             ::testing::Values(1, 2, 3, 4)),
                          param_name);
 
@@ -286,11 +288,11 @@ TEST_P(BackendControl, DeadlineExpiryReturnsNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendControl,
-                         ::testing::Combine(::testing::Values("local", "gloo"),
+                         ::testing::Combine(::testing::Values("local", "gloo", "shm"),
                                             ::testing::Values(1, 2, 3, 4)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Backends, BackendStar,
-                         ::testing::Combine(::testing::Values("local", "gloo"),
+                         ::testing::Combine(::testing::Values("local", "gloo", "shm"),
                                             ::testing::Values(2, 3, 4)),
                          param_name);
 
@@ -483,7 +485,7 @@ TEST_P(BackendSets, CreateRejectsANonMember) {
   EXPECT_THROW(factory->create({1, 0}, 0, make_hash_store(), kTimeout), InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendSets, ::testing::Values("local", "gloo"),
+INSTANTIATE_TEST_SUITE_P(Backends, BackendSets, ::testing::Values("local", "gloo", "shm"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Process sets as fault domains, through the Runtime with ranks as threads
-// over the local and the Gloo backends: a rank that leaves, or never
+// over the local, Gloo and shared-memory backends: a rank that leaves, or never
 // submits, fails the sets that contain it on every surviving member with a
 // PeerFailure naming the set and the missing ranks; other sets keep working;
 // stalls are reported; stopping never waits for a set that cannot finish.
@@ -35,6 +35,7 @@ using RankFn = std::function<void(Runtime&)>;
 constexpr milliseconds kSlack{20'000};
 
 std::unique_ptr<BackendFactory> make_factory(const std::string& kind) {
+  if (kind == "shm") return make_shm_backend_factory(make_local_backend_factory());
   return kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory();
 }
 
@@ -236,7 +237,7 @@ TEST_P(FaultDomains, ShutdownDoesNotWaitForASetThatNeverConnects) {
   for (auto& t : threads) t.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FaultDomains, ::testing::Values("local", "gloo"),
+INSTANTIATE_TEST_SUITE_P(Backends, FaultDomains, ::testing::Values("local", "gloo", "shm"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

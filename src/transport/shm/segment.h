@@ -1,0 +1,124 @@
+// The shared-memory segment of one process set: its layout, its header
+// codec and the owner of one mapping of it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hora::shm {
+
+// Every field that two processes write goes on a line of its own, two cache
+// lines wide so that the adjacent-line prefetcher does not couple them.
+constexpr uint64_t kLine = 128;
+constexpr uint32_t kMaxRanks = 1024;
+constexpr uint64_t kMinSlotBytes = 4096;
+constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 36;
+constexpr uint64_t kMinRingBytes = 4096;
+constexpr uint64_t kMaxRingBytes = uint64_t{1} << 24;
+constexpr size_t kAbortReasonBytes = 480;
+
+// Where each part of a segment lives, as byte offsets from its start:
+//
+//   header | abort record | member areas [ranks] | control rings | slots
+//
+// A member area holds its owner's progress counter (with two words of side
+// data), its doorbell (futex word + sleeper count), its pid and its state.
+// The control plane is a star: member m (1..ranks-1) has one ring to the
+// coordinator and one from it, each a head line, a tail line and
+// ring_bytes of data. Each member owns two slots (a double buffer) of
+// slot_bytes for collective data, page-aligned.
+struct SegmentLayout {
+  uint32_t ranks = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t ring_bytes = 0;
+  uint64_t total_bytes = 0;
+
+  uint64_t abort_offset() const { return kLine; }
+  uint64_t member_offset(uint32_t rank) const { return 5 * kLine + uint64_t{rank} * kMemberBytes; }
+  // The ring that carries member `member`'s messages to the coordinator
+  // (`upward`) or the coordinator's to it.
+  uint64_t ring_offset(uint32_t member, bool upward) const;
+  uint64_t slots_offset() const;
+  uint64_t slot_offset(uint32_t rank, int buffer) const {
+    return slots_offset() + (uint64_t{rank} * 2 + static_cast<uint64_t>(buffer)) * slot_bytes;
+  }
+
+  static constexpr uint64_t kMemberBytes = 3 * kLine;
+  static constexpr uint64_t kRingHeaderBytes = 2 * kLine;
+};
+
+// Field offsets inside a member area, an abort record and a ring.
+namespace field {
+constexpr uint64_t kProgress = 0;        // u64: phases this member has published
+constexpr uint64_t kSide = 8;            // u64[2]: side data, indexed by phase parity
+constexpr uint64_t kBell = kLine;        // u32: futex word peers bump to wake this member
+constexpr uint64_t kSleepers = kLine + 4;  // u32: threads of this member asleep on kBell
+constexpr uint64_t kPid = 2 * kLine;     // i32: the member's process id
+constexpr uint64_t kState = 2 * kLine + 4;  // u32: MemberState
+constexpr uint64_t kAbortState = 0;      // u32: AbortState
+constexpr uint64_t kAbortBy = 4;         // i32: set rank that gave up
+constexpr uint64_t kAbortReason = 8;     // char[kAbortReasonBytes]
+constexpr uint64_t kRingHead = 0;        // u64: bytes written, ever
+constexpr uint64_t kRingTail = kLine;    // u64: bytes read, ever
+}  // namespace field
+
+enum MemberState : uint32_t { kAbsent = 0, kAttached = 1, kDeparted = 2 };
+enum AbortState : uint32_t { kRunning = 0, kWriting = 1, kAborted = 2 };
+
+// The layout of a segment for `ranks` members with the given slot and ring
+// sizes. Throws InvalidArgument when a size is out of range.
+SegmentLayout plan_layout(uint32_t ranks, uint64_t slot_bytes, uint64_t ring_bytes);
+
+// Writes the header that decode_header reads back.
+void write_header(void* base, const SegmentLayout& layout);
+
+// Reads and checks a header from the first `size` bytes of a mapping:
+// magic, version, and every size against the limits above and against the
+// layout they imply (which must fit in `size`). Throws Internal naming the
+// first bad field.
+SegmentLayout decode_header(const void* base, size_t size);
+
+// "hora-<uid>-<32 hex digits from getrandom>".
+std::string random_segment_name();
+// Whether `name` has that form (so it names a file directly in /dev/shm).
+bool valid_segment_name(const std::string& name);
+// Removes the name; a name already gone is not an error. Never throws.
+void unlink_segment(const std::string& name) noexcept;
+
+// One mapping of a segment, unmapped on destruction. Move-only.
+class Segment {
+ public:
+  // Makes a new segment: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, all of it
+  // allocated (fallocate, so a full /dev/shm fails here and not later with
+  // SIGBUS) and mapped with its pages faulted in; writes the header. Throws
+  // Internal naming the reason (including too little free space in
+  // /dev/shm); nothing is left behind then.
+  static Segment create(const std::string& name, const SegmentLayout& layout);
+  // Maps an existing segment after checking that it is a regular file of
+  // this user, mode 0600, reached without a symlink, of `total_bytes`, with
+  // a header for `ranks` members. Throws Internal naming what was refused.
+  static Segment open(const std::string& name, uint32_t ranks, uint64_t total_bytes);
+
+  Segment() = default;
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  const SegmentLayout& layout() const { return layout_; }
+  uint8_t* at(uint64_t offset) const { return base_ + offset; }
+  template <typename T>
+  T* field_at(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  Segment(uint8_t* base, SegmentLayout layout) : base_(base), layout_(layout) {}
+
+  uint8_t* base_ = nullptr;
+  SegmentLayout layout_;
+};
+
+}  // namespace hora::shm

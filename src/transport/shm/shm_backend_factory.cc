@@ -1,0 +1,218 @@
+// make_shm_backend_factory: decides per process set, from the host
+// identities its members publish in the set's store, whether the set lives
+// on one host; such a set gets one shared-memory segment and ShmBackends,
+// every other set (and one whose segment cannot be made) the network
+// factory's backends.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+#include "hora/errors.h"
+#include "store/cancellable_wait.h"
+#include "transport/backend.h"
+#include "transport/shm/shm_backend.h"
+#include "util/log.h"
+
+namespace hora {
+namespace {
+
+using shm::Segment;
+using shm::SegmentLayout;
+using std::chrono::milliseconds;
+
+constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
+constexpr uint64_t kRingBytes = uint64_t{1} << 16;
+constexpr char kSegmentKey[] = "shm/segment";  // "<name> <bytes>", or "-<why there is none>"
+constexpr char kReadyKey[] = "shm/ready";      // "ok" once made, or "-<why not>"
+
+std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+std::string describe_set(const std::vector<int>& global_ranks) {
+  std::string out = "process set [";
+  for (size_t i = 0; i < global_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(global_ranks[i]);
+  return out + "]";
+}
+
+int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
+  if (global_ranks.empty() || !std::is_sorted(global_ranks.begin(), global_ranks.end()) ||
+      std::adjacent_find(global_ranks.begin(), global_ranks.end()) != global_ranks.end())
+    throw InvalidArgument("backend: a process set's global ranks must be sorted and distinct");
+  auto it = std::lower_bound(global_ranks.begin(), global_ranks.end(), my_global_rank);
+  if (it == global_ranks.end() || *it != my_global_rank)
+    throw InvalidArgument("backend: global rank " + std::to_string(my_global_rank) + " is not a member of the process set");
+  return static_cast<int>(it - global_ranks.begin());
+}
+
+// What makes two processes able to share a segment and watch each other's
+// pids: the same kernel boot, host name, /dev/shm file system and pid
+// namespace. `claimed` (tests) is appended.
+std::string this_host_identity(const std::string& claimed) {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  struct stat shm_dir {}, pid_namespace {};
+  stat("/dev/shm", &shm_dir);
+  stat("/proc/self/ns/pid", &pid_namespace);
+  return boot_id + "|" + host + "|" + std::to_string(shm_dir.st_dev) + "|" + std::to_string(pid_namespace.st_ino) +
+         "|" + claimed;
+}
+
+// Unlinks a segment's name when it goes out of scope.
+struct NameGuard {
+  std::string name;
+  ~NameGuard() {
+    if (!name.empty()) shm::unlink_segment(name);
+  }
+};
+
+class ShmBackendFactory final : public BackendFactory {
+ public:
+  ShmBackendFactory(std::unique_ptr<BackendFactory> network, ShmOptions options)
+      : network_(std::move(network)),
+        options_(std::move(options)),
+        host_identity_(this_host_identity(options_.host_identity)) {
+    if (!network_) throw InvalidArgument("shm backend: no network factory to fall back on");
+  }
+
+  std::string name() const override { return network_->name(); }
+
+  using BackendFactory::create;
+  std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
+                                  std::shared_ptr<Store> set_store, milliseconds timeout,
+                                  const std::atomic<bool>& cancelled) override {
+    const int rank = set_rank_of(global_ranks, my_global_rank);
+    if (!set_store) throw InvalidArgument("shm backend: the set store is null");
+    if (global_ranks.size() > 1 && on_one_host(global_ranks, rank, *set_store, timeout, cancelled)) {
+      std::optional<Segment> segment = attach(global_ranks, rank, *set_store, timeout, cancelled);
+      if (segment) return std::make_unique<shm::ShmBackend>(global_ranks, rank, std::move(*segment), timeout, tuning(global_ranks.size()));
+    }
+    return network_->create(global_ranks, my_global_rank, std::move(set_store), timeout, cancelled);
+  }
+
+ private:
+  std::string get(Store& store, const std::string& key, milliseconds timeout, const std::atomic<bool>& cancelled,
+                  const std::vector<int>& global_ranks) const {
+    return text_of(get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll,
+                                        describe_set(global_ranks) + ": connecting shared memory"));
+  }
+
+  // Every member publishes its host identity (a member with the path off
+  // publishes one nobody else has) and reads everyone's.
+  bool on_one_host(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
+                   const std::atomic<bool>& cancelled) const {
+    const std::string mine = options_.enabled ? host_identity_ : "off|" + std::to_string(rank);
+    store.set("shm/host/" + std::to_string(rank), bytes_of(mine));
+    if (!options_.enabled) return false;
+    bool same = true;
+    for (size_t r = 0; r < global_ranks.size(); ++r) {
+      if (static_cast<int>(r) != rank && get(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks) != mine)
+        same = false;
+    }
+    return same;
+  }
+
+  // Set rank 0 makes the segment (make_segment); the others map it and
+  // publish whether they could. Once every outcome is known the name is
+  // unlinked by everyone (any survivor removes it). Nullopt: the network
+  // path, announced by one warning from set rank 0.
+  std::optional<Segment> attach(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
+                                const std::atomic<bool>& cancelled) const {
+    const std::string set_name = describe_set(global_ranks);
+    const auto ranks = static_cast<uint32_t>(global_ranks.size());
+    Segment segment;
+    NameGuard guard;
+    std::string problem;
+    if (rank == 0) {
+      if (!make_segment(ranks, store, guard, segment, set_name)) return std::nullopt;
+    } else {
+      const std::string published = get(store, kSegmentKey, timeout, cancelled, global_ranks);
+      if (published.empty() || published[0] == '-') return std::nullopt;
+      const size_t space = published.find(' ');
+      guard.name = published.substr(0, space);
+      if (get(store, kReadyKey, timeout, cancelled, global_ranks) != "ok") return std::nullopt;
+      try {
+        if (space == std::string::npos) throw Internal("shared memory: malformed segment record '" + published + "'");
+        segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
+        announce(segment, rank);
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+      store.set("shm/attach/" + std::to_string(rank), bytes_of(problem.empty() ? "ok" : problem));
+    }
+    std::string refusals;
+    for (size_t r = 1; r < ranks; ++r) {
+      if (static_cast<int>(r) == rank) continue;
+      const std::string outcome = get(store, "shm/attach/" + std::to_string(r), timeout, cancelled, global_ranks);
+      if (outcome != "ok") refusals += "; global rank " + std::to_string(global_ranks[r]) + ": " + outcome;
+    }
+    if (!problem.empty() || !refusals.empty()) {
+      if (rank == 0)
+        log_warning(set_name + ": a member could not use the shared-memory segment" + refusals + "; using the " +
+                    network_->name() + " path");
+      return std::nullopt;
+    }
+    return segment;
+  }
+
+  // Publishes the segment's name and size before making it, so that the
+  // members can remove the name even if this process dies right after
+  // making it; then makes it and publishes whether that worked. False (with
+  // one warning): no segment.
+  bool make_segment(uint32_t ranks, Store& store, NameGuard& guard, Segment& segment, const std::string& set_name) const {
+    std::string problem;
+    SegmentLayout layout;
+    try {
+      layout = shm::plan_layout(ranks, options_.slot_bytes ? options_.slot_bytes : kDefaultSlotBytes, kRingBytes);
+      guard.name = shm::random_segment_name();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    store.set(kSegmentKey, bytes_of(problem.empty() ? guard.name + " " + std::to_string(layout.total_bytes) : "-" + problem));
+    if (problem.empty()) {
+      try {
+        segment = Segment::create(guard.name, layout);
+        announce(segment, 0);
+      } catch (const Error& e) {
+        guard.name.clear();  // create() removed what it made, if anything
+        problem = e.what();
+      }
+      store.set(kReadyKey, bytes_of(problem.empty() ? "ok" : "-" + problem));
+    }
+    if (problem.empty()) return true;
+    log_warning(set_name + ": no shared-memory segment (" + problem + "); using the " + network_->name() + " path");
+    return false;
+  }
+
+  // Publishes this member's pid and marks it attached.
+  static void announce(Segment& segment, int rank) {
+    const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(rank));
+    std::atomic_ref<int32_t>(*segment.field_at<int32_t>(area + shm::field::kPid)).store(getpid(), std::memory_order_release);
+    std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
+        .store(shm::kAttached, std::memory_order_release);
+  }
+
+  static shm::ShmTuning tuning(size_t members) {
+    shm::ShmTuning tuning;
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    // More members than cores: a spinning waiter takes the core its peer needs.
+    if (cpus > 0 && members > static_cast<size_t>(cpus)) tuning.spin = std::chrono::microseconds(2);
+    return tuning;
+  }
+
+  const std::unique_ptr<BackendFactory> network_;
+  const ShmOptions options_;
+  const std::string host_identity_;
+};
+
+}  // namespace
+
+std::unique_ptr<BackendFactory> make_shm_backend_factory(std::unique_ptr<BackendFactory> network, ShmOptions options) {
+  return std::make_unique<ShmBackendFactory>(std::move(network), std::move(options));
+}
+
+}  // namespace hora

@@ -1,0 +1,202 @@
+// The collectives of ShmBackend, chunk by chunk through the slots (the
+// scheme is described in shm_backend.h).
+#include <algorithm>
+#include <cstring>
+
+#include "core/reduce.h"
+#include "hora/errors.h"
+#include "transport/shm/shm_backend.h"
+
+namespace hora::shm {
+namespace {
+
+template <typename T>
+std::atomic_ref<T> shared(const Segment& segment, uint64_t offset) {
+  return std::atomic_ref<T>(*segment.field_at<T>(offset));
+}
+
+// The part of a piece of `total` bytes that falls in round `round` of
+// `round_bytes`.
+size_t piece_of(size_t total, size_t round, size_t round_bytes) {
+  const size_t begin = round * round_bytes;
+  return begin >= total ? 0 : std::min(round_bytes, total - begin);
+}
+
+void copy(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+}
+
+}  // namespace
+
+template <typename Collective>
+void ShmBackend::run(const char* name, Collective&& collective) {
+  const std::string where = set_name_ + ": " + name;
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    throw PeerFailure(where + " on an aborted set: " + abort_reason_);
+  }
+  if (!broken_.empty()) throw PeerFailure(where + " on a set broken by an earlier failure: " + broken_);
+  const uint64_t abort_offset = segment_.layout().abort_offset() + field::kAbortState;
+  try {
+    if (shared<uint32_t>(segment_, abort_offset).load(std::memory_order_acquire) != kRunning)
+      throw PeerFailure(abort_record());
+    collective();
+  } catch (const Timeout& e) {
+    broken_ = where + ": " + e.what();
+    give_up(broken_);
+    throw Timeout(broken_);
+  } catch (const Error& e) {
+    if (dynamic_cast<const InvalidArgument*>(&e)) throw;
+    broken_ = where + ": " + e.what();
+    give_up(broken_);
+    throw PeerFailure(broken_);
+  }
+}
+
+void ShmBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  if (size() == 1 || count == 0) return;
+  run("allreduce", [&] {
+    const size_t element = dtype_size(dtype);
+    const size_t per_chunk = segment_.layout().slot_bytes / element;
+    auto* data = static_cast<uint8_t*>(buf);
+    for (size_t done = 0; done < count; done += per_chunk) {
+      allreduce_chunk(data + done * element, std::min(per_chunk, count - done), dtype, op);
+    }
+  });
+}
+
+// Small chunks: every member copies its input into its slot, one sync, and
+// every member reduces all slots in set-rank order into its output, so all
+// end bit-identical. Larger ones go through reduce_scatter_allgather.
+void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op) {
+  const int buffer = static_cast<int>(chunks_++ % 2);
+  const size_t bytes = count * dtype_size(dtype);
+  std::memcpy(slot(rank_, buffer), data, bytes);
+  if (bytes > tuning_.small_bytes) return reduce_scatter_allgather(data, count, dtype, op, buffer);
+  sync();
+  if (rank_ != 0) std::memcpy(data, slot(0, buffer), bytes);
+  for (int r = 1; r < size(); ++r) reduce_into(data, slot(r, buffer), count, dtype, op);
+}
+
+// Reduce-scatter then allgather: member r owns slice r of the chunk (cache-
+// line aligned; the last slices may be short or empty). After the first
+// sync it reduces the others' slice r into slice r of its own slot, which
+// nobody else reads in this phase; after the second sync every member
+// copies each reduced slice out of its owner's slot. Each element is
+// reduced by one member only, so all members end bit-identical.
+void ShmBackend::reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer) {
+  const size_t element = dtype_size(dtype);
+  const size_t unit = std::max<size_t>(1, kLine / element);
+  const size_t members = static_cast<size_t>(size());
+  const size_t per_member = ((count + members - 1) / members + unit - 1) / unit * unit;
+  auto begin = [&](int r) { return std::min(count, static_cast<size_t>(r) * per_member); };
+  auto end = [&](int r) { return std::min(count, begin(r) + per_member); };
+  sync();
+  uint8_t* mine = slot(rank_, buffer) + begin(rank_) * element;
+  const size_t my_count = end(rank_) - begin(rank_);
+  for (int k = 1; k < size() && my_count > 0; ++k) {
+    const int r = (rank_ + k) % size();
+    reduce_into(mine, slot(r, buffer) + begin(rank_) * element, my_count, dtype, op);
+  }
+  sync();
+  for (int k = 0; k < size(); ++k) {
+    const int r = (rank_ + k) % size();
+    copy(data + begin(r) * element, slot(r, buffer) + begin(r) * element, (end(r) - begin(r)) * element);
+  }
+}
+
+// Rounds of one slot per member: in round k each member puts bytes
+// [k*S, (k+1)*S) of its input in its slot; after the sync every member
+// copies each member's piece to its place in the output.
+void ShmBackend::allgatherv(const void* in, void* out, const std::vector<size_t>& recv_bytes) {
+  expect_one_per_member("allgatherv", recv_bytes);
+  if (size() == 1) return copy(out, in, recv_bytes[0]);
+  const size_t largest = *std::max_element(recv_bytes.begin(), recv_bytes.end());
+  if (largest == 0) return;
+  run("allgatherv", [&] {
+    const size_t round_bytes = segment_.layout().slot_bytes;
+    std::vector<size_t> offsets(recv_bytes.size(), 0);
+    for (size_t r = 1; r < recv_bytes.size(); ++r) offsets[r] = offsets[r - 1] + recv_bytes[r - 1];
+    const auto* input = static_cast<const uint8_t*>(in);
+    auto* output = static_cast<uint8_t*>(out);
+    const size_t rounds = (largest + round_bytes - 1) / round_bytes;
+    for (size_t k = 0; k < rounds; ++k) {
+      const int buffer = static_cast<int>(chunks_++ % 2);
+      copy(slot(rank_, buffer), input + k * round_bytes, piece_of(recv_bytes[rank_], k, round_bytes));
+      sync();
+      for (int r = 0; r < size(); ++r) {
+        copy(output + offsets[r] + k * round_bytes, slot(r, buffer), piece_of(recv_bytes[r], k, round_bytes));
+      }
+    }
+  });
+}
+
+void ShmBackend::broadcast(void* buf, size_t bytes, int root) {
+  if (root < 0 || root >= size())
+    throw InvalidArgument(set_name_ + ": broadcast root " + std::to_string(root) + " is not a set rank");
+  if (size() == 1 || bytes == 0) return;
+  run("broadcast", [&] {
+    const size_t round_bytes = segment_.layout().slot_bytes;
+    auto* data = static_cast<uint8_t*>(buf);
+    for (size_t k = 0; k * round_bytes < bytes; ++k) {
+      const int buffer = static_cast<int>(chunks_++ % 2);
+      const size_t piece = piece_of(bytes, k, round_bytes);
+      if (rank_ == root) copy(slot(root, buffer), data + k * round_bytes, piece);
+      sync();
+      if (rank_ != root) copy(data + k * round_bytes, slot(root, buffer), piece);
+    }
+  });
+}
+
+// Each member's slot is cut into one region per receiver. In round k a
+// member puts bytes [k*R, (k+1)*R) of its block for member j into region
+// j of its slot; after the sync member j copies region j of every slot.
+// Nobody knows every block size, so the first sync also carries each
+// member's largest block as side data, which fixes the number of rounds.
+void ShmBackend::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                           const std::vector<size_t>& recv_bytes) {
+  expect_one_per_member("alltoallv", send_bytes);
+  expect_one_per_member("alltoallv", recv_bytes);
+  if (size() == 1) {
+    if (send_bytes[0] != recv_bytes[0])
+      throw InvalidArgument(set_name_ + ": alltoallv sends " + std::to_string(send_bytes[0]) +
+                            " bytes to itself but expects " + std::to_string(recv_bytes[0]));
+    return copy(out, in, send_bytes[0]);
+  }
+  run("alltoallv", [&] {
+    const size_t share = segment_.layout().slot_bytes / static_cast<size_t>(size());
+    const size_t region = share >= kLine ? share / kLine * kLine : share;
+    std::vector<size_t> send_offsets(size(), 0), recv_offsets(size(), 0);
+    for (int r = 1; r < size(); ++r) {
+      send_offsets[r] = send_offsets[r - 1] + send_bytes[r - 1];
+      recv_offsets[r] = recv_offsets[r - 1] + recv_bytes[r - 1];
+    }
+    const size_t largest = std::max(*std::max_element(send_bytes.begin(), send_bytes.end()),
+                                    *std::max_element(recv_bytes.begin(), recv_bytes.end()));
+    const auto* input = static_cast<const uint8_t*>(in);
+    auto* output = static_cast<uint8_t*>(out);
+    size_t rounds = 1;
+    for (size_t k = 0; k < rounds; ++k) {
+      const int buffer = static_cast<int>(chunks_++ % 2);
+      for (int r = 0; r < size(); ++r)
+        copy(slot(rank_, buffer) + r * region, input + send_offsets[r] + k * region, piece_of(send_bytes[r], k, region));
+      const uint64_t phase = sync(k == 0 ? largest : 0);
+      if (k == 0) {
+        uint64_t overall = 0;
+        for (int r = 0; r < size(); ++r) overall = std::max(overall, side_of(r, phase));
+        if (overall > kMaxSlotBytes * kMaxRanks * kMaxRanks)
+          throw Internal("a member published an impossible alltoallv block of " + std::to_string(overall) + " bytes");
+        rounds = std::max<size_t>(1, (overall + region - 1) / region);
+      }
+      for (int r = 0; r < size(); ++r)
+        copy(output + recv_offsets[r] + k * region, slot(r, buffer) + rank_ * region, piece_of(recv_bytes[r], k, region));
+    }
+  });
+}
+
+void ShmBackend::barrier() {
+  if (size() == 1) return;
+  run("barrier", [&] { sync(); });
+}
+
+}  // namespace hora::shm

@@ -1,0 +1,87 @@
+#include "transport/shm/sync.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+namespace hora::shm {
+namespace {
+
+long futex(uint32_t* word, int op, uint32_t value, const timespec* timeout) {
+  // No FUTEX_PRIVATE_FLAG: the word is shared between processes.
+  return syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+void Doorbell::ring() const noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::atomic_ref<uint32_t>(*sleepers_).load(std::memory_order_relaxed) == 0) return;
+  std::atomic_ref<uint32_t>(*word_).fetch_add(1, std::memory_order_release);
+  futex(word_, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void Doorbell::sleep(uint32_t seen, Clock::duration timeout) const noexcept {
+  const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  if (nanos <= 0) return;
+  timespec relative{static_cast<time_t>(nanos / 1'000'000'000), static_cast<long>(nanos % 1'000'000'000)};
+  // EAGAIN (the word moved), EINTR and ETIMEDOUT all mean: look again.
+  futex(word_, FUTEX_WAIT, seen, &relative);
+}
+
+PeerWatch::PeerWatch(const std::vector<pid_t>& pids) : pids_(pids), pidfds_(pids.size(), -1) {
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (pids[i] > 0 && pids[i] != getpid()) pidfds_[i] = open_pidfd(pids[i]);
+  }
+}
+
+PeerWatch::PeerWatch(PeerWatch&& other) noexcept
+    : pids_(std::move(other.pids_)), pidfds_(std::move(other.pidfds_)) {
+  other.pidfds_.clear();
+}
+
+PeerWatch& PeerWatch::operator=(PeerWatch&& other) noexcept {
+  if (this != &other) {
+    close_all();
+    pids_ = std::move(other.pids_);
+    pidfds_ = std::move(other.pidfds_);
+    other.pidfds_.clear();
+  }
+  return *this;
+}
+
+PeerWatch::~PeerWatch() { close_all(); }
+
+void PeerWatch::close_all() noexcept {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+  pidfds_.clear();
+}
+
+bool PeerWatch::exited(int rank) const {
+  const size_t i = static_cast<size_t>(rank);
+  if (pids_[i] == getpid()) return false;
+  if (pidfds_[i] >= 0) {
+    pollfd fd{pidfds_[i], POLLIN, 0};
+    return poll(&fd, 1, 0) > 0 && (fd.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  return kill(pids_[i], 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace hora::shm

@@ -1,0 +1,518 @@
+// The shared-memory backend across real processes: ranks are forked
+// processes that share a DirectoryStore, each mapping the set's segment
+// itself. (tests/cpp/test_backends.cc runs the shared Backend suite on it
+// with ranks as threads.)
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "core/half.h"
+#include "hora/errors.h"
+#include "hora/runtime.h"
+#include "ranks_as_processes.h"
+#include "transport/backend.h"
+#include "transport/shm/segment.h"
+#include "transport/shm/shm_backend.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+using test_support::require;
+using test_support::run_processes;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kTimeout(20'000);
+
+std::vector<int> first_ranks(int n) {
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return ranks;
+}
+
+// In a forked rank: a shared-memory backend for global ranks 0..n-1 over
+// the directory store at `dir` (under `prefix`), checked to be one.
+std::unique_ptr<Backend> attach(const std::string& dir, const std::string& prefix, int n, int rank,
+                                milliseconds timeout = kTimeout, ShmOptions options = {}) {
+  auto factory = make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1"), options);
+  auto store = make_prefix_store(prefix, std::make_shared<test_support::DirectoryStore>(dir));
+  auto backend = factory->create(first_ranks(n), rank, store, timeout);
+  require(shm::is_shm_backend(*backend), "the set did not get a shared-memory backend");
+  return backend;
+}
+
+void expect_all_ok(const std::vector<test_support::RankOutcome>& outcomes) {
+  for (size_t r = 0; r < outcomes.size(); ++r) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
+}
+
+// The segment that a set under `prefix` used is no longer in /dev/shm.
+void expect_segment_unlinked(const std::string& dir, const std::string& prefix) {
+  test_support::DirectoryStore store(dir);
+  const std::vector<uint8_t> record = store.get(prefix + "/shm/segment", milliseconds(0));
+  const std::string text(record.begin(), record.end());
+  const std::string name = text.substr(0, text.find(' '));
+  ASSERT_TRUE(shm::valid_segment_name(name)) << text;
+  struct stat info {};
+  EXPECT_NE(stat(("/dev/shm/" + name).c_str(), &info), 0) << name << " is still in /dev/shm";
+}
+
+// ------------------------------------------------------------ values by dtype
+
+// Small integers, exact in every dtype, whose sum, product, min and max
+// over three ranks fit in int8.
+double input_value(int rank, size_t i) { return static_cast<double>((rank + i) % 5 + 1); }
+
+void put(DataType dtype, uint8_t* at, double v) {
+  switch (dtype) {
+    case DataType::kUInt8: *at = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: *reinterpret_cast<int8_t*>(at) = static_cast<int8_t>(v); break;
+    case DataType::kUInt16: { uint16_t x = static_cast<uint16_t>(v); std::memcpy(at, &x, 2); break; }
+    case DataType::kInt16: { int16_t x = static_cast<int16_t>(v); std::memcpy(at, &x, 2); break; }
+    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
+    case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(at, &x, 8); break; }
+    case DataType::kFloat16: { uint16_t x = float_to_fp16(static_cast<float>(v)); std::memcpy(at, &x, 2); break; }
+    case DataType::kBFloat16: { uint16_t x = float_to_bf16(static_cast<float>(v)); std::memcpy(at, &x, 2); break; }
+    case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(at, &x, 4); break; }
+    case DataType::kFloat64: std::memcpy(at, &v, 8); break;
+    case DataType::kBool: *at = v != 0; break;
+  }
+}
+
+double get(DataType dtype, const uint8_t* at) {
+  uint16_t h;
+  switch (dtype) {
+    case DataType::kUInt8: return *at;
+    case DataType::kInt8: return *reinterpret_cast<const int8_t*>(at);
+    case DataType::kUInt16: { uint16_t x; std::memcpy(&x, at, 2); return x; }
+    case DataType::kInt16: { int16_t x; std::memcpy(&x, at, 2); return x; }
+    case DataType::kInt32: { int32_t x; std::memcpy(&x, at, 4); return x; }
+    case DataType::kInt64: { int64_t x; std::memcpy(&x, at, 8); return static_cast<double>(x); }
+    case DataType::kFloat16: std::memcpy(&h, at, 2); return fp16_to_float(h);
+    case DataType::kBFloat16: std::memcpy(&h, at, 2); return bf16_to_float(h);
+    case DataType::kFloat32: { float x; std::memcpy(&x, at, 4); return x; }
+    case DataType::kFloat64: { double x; std::memcpy(&x, at, 8); return x; }
+    case DataType::kBool: return *at != 0;
+  }
+  return NAN;
+}
+
+double expected_reduction(DataType dtype, ReduceOp op, int n, size_t i) {
+  double out = 0;
+  for (int r = 0; r < n; ++r) {
+    double v = input_value(r, i);
+    if (dtype == DataType::kBool) v = (r + i) % 2;
+    if (r == 0) out = v;
+    else if (op == ReduceOp::kSum) out = dtype == DataType::kBool ? (out || v) : out + v;
+    else if (op == ReduceOp::kProduct) out = dtype == DataType::kBool ? (out && v) : out * v;
+    else if (op == ReduceOp::kMin) out = std::min(out, v);
+    else out = std::max(out, v);
+  }
+  return out;
+}
+
+// Checks allreduce of `count` elements of every dtype with each of `ops`.
+void check_every_allreduce(Backend& b, size_t count, const std::vector<ReduceOp>& ops) {
+  for (int d = 0; d < kNumDataTypes; ++d) {
+    const auto dtype = static_cast<DataType>(d);
+    const size_t element = dtype_size(dtype);
+    for (ReduceOp op : ops) {
+      std::vector<uint8_t> buf(count * element + 1);
+      for (size_t i = 0; i < count; ++i)
+        put(dtype, &buf[i * element], dtype == DataType::kBool ? (b.rank() + i) % 2 : input_value(b.rank(), i));
+      b.allreduce(buf.data(), count, dtype, op);
+      for (size_t i = 0; i < count; ++i) {
+        const double want = expected_reduction(dtype, op, b.size(), i);
+        const double got = get(dtype, &buf[i * element]);
+        if (got != want)
+          throw std::runtime_error(std::string(dtype_name(dtype)) + " " + reduce_op_name(op).data() + " count " +
+                                   std::to_string(count) + " element " + std::to_string(i) + ": got " +
+                                   std::to_string(got) + ", expected " + std::to_string(want));
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------- tests
+
+// Counts: zero, one, not divisible by the set size, past the one-sync
+// limit of 64 KiB (reduce-scatter + allgather) for most dtypes, and past
+// the 128 KiB slots used here (chunked, each chunk reduce-scattered).
+TEST(ShmProcesses, AllreduceEveryOpAndDtype) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank, kTimeout, ShmOptions{true, 128 << 10, ""});
+    const std::vector<ReduceOp> all = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax};
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{40'001}}) check_every_allreduce(*b, count, all);
+    check_every_allreduce(*b, 100'003, {ReduceOp::kSum, ReduceOp::kMax});
+    b->barrier();
+  }, milliseconds(120'000));
+  expect_all_ok(outcomes);
+  expect_segment_unlinked(dir.path(), "set");
+}
+
+TEST(ShmProcesses, AllgatherBroadcastAlltoallAndBarrier) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank);
+    // Member 1 sends nothing; member 2 more than a slot (several rounds).
+    for (size_t scale : {size_t{1}, size_t{700'000}}) {
+      auto count = [&](int r) { return r == 1 ? size_t{0} : (r + 1) * scale; };
+      std::vector<uint8_t> in(count(rank) + 1);
+      for (size_t i = 0; i < count(rank); ++i) in[i] = static_cast<uint8_t>(rank * 50 + i % 41);
+      std::vector<size_t> sizes;
+      std::vector<uint8_t> want;
+      for (int r = 0; r < n; ++r) {
+        sizes.push_back(count(r));
+        for (size_t i = 0; i < count(r); ++i) want.push_back(static_cast<uint8_t>(r * 50 + i % 41));
+      }
+      std::vector<uint8_t> out(want.size() + 1, 0xEE);
+      b->allgatherv(in.data(), out.data(), sizes);
+      out.pop_back();
+      require(out == want, "allgatherv at scale " + std::to_string(scale));
+      for (int root = 0; root < n; ++root) {
+        std::vector<uint8_t> data(3 * scale + 5, rank == root ? 0 : 0xEE);
+        if (rank == root)
+          for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(root + i % 97);
+        b->broadcast(data.data(), data.size(), root);
+        for (size_t i = 0; i < data.size(); ++i)
+          if (data[i] != static_cast<uint8_t>(root + i % 97)) throw std::runtime_error("broadcast from " + std::to_string(root));
+      }
+      // Block from a to b: (a + b) % 3 * scale bytes, some empty.
+      auto block = [&](int from, int to) { return static_cast<size_t>((from + to) % 3) * scale; };
+      auto byte = [](int from, int to, size_t i) { return static_cast<uint8_t>(from * 16 + to + i % 7); };
+      std::vector<uint8_t> send, expect;
+      std::vector<size_t> send_bytes, recv_bytes;
+      for (int peer = 0; peer < n; ++peer) {
+        for (size_t i = 0; i < block(rank, peer); ++i) send.push_back(byte(rank, peer, i));
+        for (size_t i = 0; i < block(peer, rank); ++i) expect.push_back(byte(peer, rank, i));
+        send_bytes.push_back(block(rank, peer));
+        recv_bytes.push_back(block(peer, rank));
+      }
+      send.push_back(0);
+      std::vector<uint8_t> received(expect.size() + 1, 0xEE);
+      b->alltoallv(send.data(), send_bytes, received.data(), recv_bytes);
+      received.pop_back();
+      require(received == expect, "alltoallv at scale " + std::to_string(scale));
+    }
+    b->barrier();
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+}
+
+// Two sets over the same three processes, each driven by its own thread,
+// with large and small allreduces interleaved.
+TEST(ShmProcesses, TwoSetsOverTheSameRanksRunConcurrently) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto outcomes = run_processes(n, [&](int rank) {
+    std::unique_ptr<Backend> a, b;
+    std::thread make_b([&] { b = attach(dir.path(), "B", n, rank); });
+    a = attach(dir.path(), "A", n, rank);
+    make_b.join();
+    std::string error;
+    auto drive = [&](Backend& set, size_t count, float base) {
+      try {
+        std::vector<float> v(count);
+        for (int it = 0; it < 30; ++it) {
+          std::fill(v.begin(), v.end(), base + static_cast<float>(rank + it));
+          set.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+          const float want = 3 * base + 3 + 3 * static_cast<float>(it);
+          if (std::count(v.begin(), v.end(), want) != static_cast<std::ptrdiff_t>(v.size()))
+            throw std::runtime_error("set with base " + std::to_string(base) + ": wrong sum in iteration " + std::to_string(it));
+        }
+        set.barrier();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    };
+    std::thread side([&] { drive(*b, 5, 1000); });
+    drive(*a, 400'000, 0);
+    side.join();
+    require(error.empty(), error);
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+  expect_segment_unlinked(dir.path(), "A");
+  expect_segment_unlinked(dir.path(), "B");
+}
+
+// Rank 1 is killed in the middle of a stream of large allreduces: the
+// others fail within a second, naming it; the coordinator's control plane
+// reports it closed; nothing stays in /dev/shm.
+TEST(ShmProcesses, KilledMemberFailsTheSetWithinOneSecond) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  // Shared with the children: when the kill happened, and how many ranks
+  // are running allreduces.
+  auto* shared = static_cast<std::atomic<int64_t>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* killed_at = new (shared) std::atomic<int64_t>(0);
+  auto* running = new (shared + 1) std::atomic<int64_t>(0);
+  auto since_kill = [&] {
+    while (killed_at->load() == 0) std::this_thread::sleep_for(milliseconds(1));
+    return milliseconds((Clock::now().time_since_epoch().count() - killed_at->load()) / 1'000'000);
+  };
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank, milliseconds(60'000));
+    std::vector<float> v(1 << 20, 1.0f);
+    b->barrier();
+    running->fetch_add(1);
+    try {
+      for (;;) b->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const PeerFailure& e) {
+      const milliseconds late = since_kill();
+      require(late < milliseconds(1000), "failed " + std::to_string(late.count()) + " ms after the kill");
+      require(std::string(e.what()).find("global rank(s) [1]") != std::string::npos, e.what());
+    }
+    if (rank != 0) return;
+    const auto start = Clock::now();
+    for (;;) {
+      auto message = b->receive_control(Clock::now() + milliseconds(2000));
+      require(message.has_value(), "no closure reported for rank 1");
+      if (message->closed && message->from == 1) break;
+    }
+    require(Clock::now() - start < milliseconds(1000), "closure reported late");
+  }, milliseconds(60'000), [&](const std::vector<pid_t>& pids) {
+    const auto give_up = Clock::now() + milliseconds(30'000);
+    while (running->load() < n && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(milliseconds(200));
+    kill(pids[1], SIGKILL);
+    killed_at->store(Clock::now().time_since_epoch().count());
+  });
+  EXPECT_TRUE(outcomes[1].killed);
+  EXPECT_EQ(outcomes[0].error, "");
+  EXPECT_EQ(outcomes[2].error, "");
+  expect_segment_unlinked(dir.path(), "set");
+  munmap(shared, 4096);
+}
+
+// Rank 1 gives the set up while ranks 0 and 2 sleep in a collective that
+// waits for it: they wake and fail at once with its reason.
+TEST(ShmProcesses, AbortWakesPeersBlockedInACollective) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto* aborted_at = static_cast<std::atomic<int64_t>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (aborted_at) std::atomic<int64_t>(0);
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank, milliseconds(60'000));
+    b->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(300));
+      aborted_at->store(Clock::now().time_since_epoch().count());
+      b->abort("test abort");
+      return;
+    }
+    float v = 1;
+    try {
+      b->allreduce(&v, 1, DataType::kFloat32, ReduceOp::kSum);
+      throw std::runtime_error("the allreduce succeeded");
+    } catch (const PeerFailure& e) {
+      const auto late = milliseconds((Clock::now().time_since_epoch().count() - aborted_at->load()) / 1'000'000);
+      require(aborted_at->load() != 0 && late < milliseconds(500), "failed " + std::to_string(late.count()) + " ms after the abort");
+      require(std::string(e.what()).find("test abort") != std::string::npos, e.what());
+    }
+    // Later collectives fail at once too.
+    const auto start = Clock::now();
+    try {
+      b->barrier();
+      throw std::runtime_error("the barrier succeeded");
+    } catch (const PeerFailure&) {
+      require(Clock::now() - start < milliseconds(100), "a later barrier waited");
+    }
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+  munmap(aborted_at, 4096);
+}
+
+// The same through the Runtime (negotiation, the engine's failure
+// protocol): the survivors' pending op fails within a second with the
+// set's verdict naming the killed rank.
+TEST(ShmProcesses, KilledRankFailsTheRuntimesSetWithinOneSecond) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto* shared = static_cast<std::atomic<int64_t>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* killed_at = new (shared) std::atomic<int64_t>(0);
+  auto* running = new (shared + 1) std::atomic<int64_t>(0);
+  auto outcomes = run_processes(n, [&](int rank) {
+    RuntimeConfig config;
+    config.rank = rank;
+    config.size = n;
+    config.timeout = milliseconds(60'000);
+    config.start_timeout = milliseconds(60'000);
+    Runtime runtime(config, std::make_shared<test_support::DirectoryStore>(dir.path()),
+                    make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1")), {});
+    std::vector<float> v(1 << 16, 1.0f);
+    OpArgs args;
+    args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};
+    args.output = args.input;
+    try {
+      for (int step = 0;; ++step) {
+        args.name = "grad";
+        runtime.enqueue(0, args)->wait();
+        if (step == 3) running->fetch_add(1);
+      }
+    } catch (const PeerFailure& e) {
+      while (killed_at->load() == 0) std::this_thread::sleep_for(milliseconds(1));
+      const auto late = milliseconds((Clock::now().time_since_epoch().count() - killed_at->load()) / 1'000'000);
+      require(late < milliseconds(1000), "failed " + std::to_string(late.count()) + " ms after the kill");
+      require(std::string(e.what()).find("missing global rank(s) [1]") != std::string::npos, e.what());
+    }
+  }, milliseconds(60'000), [&](const std::vector<pid_t>& pids) {
+    const auto give_up = Clock::now() + milliseconds(30'000);
+    while (running->load() < n && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(milliseconds(100));
+    kill(pids[1], SIGKILL);
+    killed_at->store(Clock::now().time_since_epoch().count());
+  });
+  EXPECT_TRUE(outcomes[1].killed);
+  EXPECT_EQ(outcomes[0].error, "");
+  EXPECT_EQ(outcomes[2].error, "");
+  expect_segment_unlinked(dir.path(), "process_set.0");
+  munmap(shared, 4096);
+}
+
+// ------------------------------------------------ choice of path, fallback
+
+// Ranks as threads (one hash store): which backend each member's factory
+// made, and whether an allreduce through it is right.
+std::vector<bool> shm_chosen(int n, const std::function<ShmOptions(int rank)>& options_of) {
+  auto store = make_hash_store();
+  std::vector<char> chosen(n, 0);  // not vector<bool>: each thread writes its own byte
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto factory = make_shm_backend_factory(make_local_backend_factory(), options_of(rank));
+        auto b = factory->create(first_ranks(n), rank, store, kTimeout);
+        chosen[rank] = shm::is_shm_backend(*b);
+        int64_t v = rank + 1;
+        b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+        EXPECT_EQ(v, n * (n + 1) / 2);
+        b->barrier();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return std::vector<bool>(chosen.begin(), chosen.end());
+}
+
+TEST(ShmChoice, MembersOnOneHostShareMemory) {
+  EXPECT_EQ(shm_chosen(3, [](int) { return ShmOptions{}; }), std::vector<bool>(3, true));
+}
+
+TEST(ShmChoice, MembersThatClaimDifferentHostsTakeTheNetwork) {
+  auto chosen = shm_chosen(4, [](int rank) { return ShmOptions{true, 0, rank < 2 ? "host-a" : "host-b"}; });
+  EXPECT_EQ(chosen, std::vector<bool>(4, false));
+}
+
+TEST(ShmChoice, OneMemberWithSharedMemoryOffTurnsItOffForTheSet) {
+  auto chosen = shm_chosen(3, [](int rank) { return ShmOptions{rank != 1, 0, ""}; });
+  EXPECT_EQ(chosen, std::vector<bool>(3, false));
+}
+
+// Slots of 16 GiB for 3 members need 96 GiB: more than /dev/shm has here,
+// so the set falls back to the network path (with one warning).
+TEST(ShmChoice, SegmentLargerThanDevShmFallsBackToTheNetwork) {
+  auto chosen = shm_chosen(3, [](int) { return ShmOptions{true, size_t{16} << 30, ""}; });
+  EXPECT_EQ(chosen, std::vector<bool>(3, false));
+}
+
+// HORA_SHM, HORA_SHM_SLOT_BYTES and HORA_HOST_IDENTITY reach the config.
+TEST(ShmChoice, EnvironmentTurnsThePathOffAndSizesIt) {
+  EXPECT_TRUE(runtime_config_from_env().shm);
+  ::setenv("HORA_SHM", "0", 1);
+  ::setenv("HORA_SHM_SLOT_BYTES", "65536", 1);
+  ::setenv("HORA_HOST_IDENTITY", "host-b", 1);
+  const RuntimeConfig config = runtime_config_from_env();
+  EXPECT_FALSE(config.shm);
+  EXPECT_EQ(config.shm_slot_bytes, 65536u);
+  EXPECT_EQ(config.host_identity, "host-b");
+  ::setenv("HORA_SHM_SLOT_BYTES", "-1", 1);
+  EXPECT_THROW(runtime_config_from_env(), InvalidArgument);
+  ::unsetenv("HORA_SHM");
+  ::unsetenv("HORA_SHM_SLOT_BYTES");
+  ::unsetenv("HORA_HOST_IDENTITY");
+}
+
+// ----------------------------------------------------------- the segment
+
+// A valid segment made here, removed at the end of the test.
+struct ScratchSegment {
+  std::string name = shm::random_segment_name();
+  shm::SegmentLayout layout = shm::plan_layout(2, 4096, 4096);
+  shm::Segment segment = shm::Segment::create(name, layout);
+  ~ScratchSegment() { shm::unlink_segment(name); }
+  std::string path() const { return "/dev/shm/" + name; }
+};
+
+std::string refusal(const std::string& name, uint32_t ranks, uint64_t bytes) {
+  try {
+    shm::Segment::open(name, ranks, bytes);
+  } catch (const Internal& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ShmSegment, OpensWhatCreateMade) {
+  ScratchSegment made;
+  EXPECT_EQ(refusal(made.name, 2, made.layout.total_bytes), "");
+  EXPECT_NE(refusal(made.name, 3, made.layout.total_bytes), "");
+  EXPECT_NE(refusal(made.name, 2, made.layout.total_bytes + 4096).find("bytes, expected"), std::string::npos);
+  EXPECT_NE(refusal("hora-0-../../etc/passwd", 2, made.layout.total_bytes).find("refused segment name"), std::string::npos);
+}
+
+TEST(ShmSegment, RefusesASegmentOfAnotherUser) {
+  ScratchSegment made;
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(made.path().c_str(), 65534, 65534), 0);
+    EXPECT_NE(refusal(made.name, 2, made.layout.total_bytes).find("owned by uid 65534"), std::string::npos);
+  }
+  ASSERT_EQ(chmod(made.path().c_str(), 0644), 0);
+  EXPECT_NE(refusal(made.name, 2, made.layout.total_bytes), "");
+}
+
+TEST(ShmSegment, RefusesASymlink) {
+  ScratchSegment made;
+  const std::string link = shm::random_segment_name();
+  ASSERT_EQ(symlink(made.path().c_str(), ("/dev/shm/" + link).c_str()), 0);
+  const std::string why = refusal(link, 2, made.layout.total_bytes);
+  unlink(("/dev/shm/" + link).c_str());
+  EXPECT_NE(why, "");
+}
+
+TEST(ShmSegment, CreateRefusesAnExistingName) {
+  ScratchSegment made;
+  EXPECT_THROW(shm::Segment::create(made.name, made.layout), Internal);
+}
+
+TEST(ShmSegment, DecodeHeaderChecksEveryField) {
+  const shm::SegmentLayout layout = shm::plan_layout(4, 8192, 4096);
+  std::vector<uint8_t> header(128, 0);
+  shm::write_header(header.data(), layout);
+  EXPECT_EQ(shm::decode_header(header.data(), layout.total_bytes).total_bytes, layout.total_bytes);
+  EXPECT_THROW(shm::decode_header(header.data(), 16), Internal);                      // too short
+  EXPECT_THROW(shm::decode_header(header.data(), layout.total_bytes - 1), Internal);  // does not fit
+  // Each field in turn: magic, version, ranks, slot, ring, total.
+  for (size_t offset : {size_t{0}, size_t{8}, size_t{12}, size_t{16}, size_t{24}, size_t{32}}) {
+    std::vector<uint8_t> bad = header;
+    bad[offset] ^= 0x01;
+    bad[offset + 3] ^= 0x40;
+    EXPECT_THROW(shm::decode_header(bad.data(), uint64_t{1} << 40), Internal) << "offset " << offset;
+  }
+}
+
+}  // namespace
+}  // namespace hora
