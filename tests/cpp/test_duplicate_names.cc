@@ -130,8 +130,11 @@ TEST(DuplicateNames, ANameIsHeldUntilThisRankSawItsOpFinish) {
       return;
     }
     wait_for(first_submitted);
-    rt.enqueue(0, allreduce(in, out, "x"));  // the handle is dropped at once
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // long enough for "x" to finish
+    auto first = rt.enqueue(0, allreduce(in, out, "x"));
+    // Wait for "x" to finish the way code that tracks an op on the caller's
+    // behalf does (finished() marks nothing), then as if the handle had been
+    // dropped: the caller itself never saw the op finish.
+    while (!first->finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(out[0], 2.0f);
     expect_duplicate(rt, 0, allreduce(in, out2, "x"));
     rt.enqueue(0, allreduce(in, y, "y"))->wait();   // another op since "x" finished: the name is free
