@@ -49,6 +49,7 @@ def check_local_step_does_not_communicate():
     if me == 0:  # only rank 0: a distributed step would wait for the others forever
         super(type(opt), opt).step()
     hvd.barrier()
+    opt.synchronize()  # collect the gradients' allreduces backward started
     print(f"rank {me}: local step ok", flush=True)
 
 
