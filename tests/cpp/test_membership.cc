@@ -15,6 +15,7 @@
 #include "hora/errors.h"
 #include "hora/runtime.h"
 #include "process_set/membership.h"
+#include "ranks_as_threads.h"
 #include "transport/backend.h"
 
 namespace hora {
@@ -95,31 +96,7 @@ TEST(PublishedProcessSetId, TimesOutNamingTheSetAndItsLowestRank) {
   }
 }
 
-// Runs `fn(runtime)` on `n` ranks as threads over one in-memory store;
-// rethrows the first failure.
-void run_ranks(int n, const std::function<void(Runtime&)>& fn) {
-  auto store = make_hash_store();
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RuntimeConfig config;
-        config.rank = r;
-        config.size = n;
-        config.timeout = std::chrono::seconds(20);
-        config.start_timeout = std::chrono::seconds(20);
-        Runtime runtime(config, store, make_local_backend_factory(), {});
-        fn(runtime);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using test_support::run_ranks;
 
 // The id this rank sees for a set over `ranks` it adds: members get it from
 // add_process_set, non-members read it afterwards.
