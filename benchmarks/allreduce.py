@@ -1,11 +1,13 @@
 """Allreduce latency and bus bandwidth: hora beside torch.distributed (Gloo)
 and, on the MPI backend, beside plain MPI_Allreduce (mpi4py), measured in the
-same run on the same machine.
+same run on the same machine. hora-core is hora's C++ core with no front end
+(build/hora_core_bench, from benchmarks/core_allreduce.cc; `make cpp` builds it).
 
     python benchmarks/allreduce.py                # 2 and 4 ranks, 4 B .. 64 MiB
     python benchmarks/allreduce.py --np 4 --max-bytes 1048576
     python benchmarks/allreduce.py --backend mpi  # hora on MPI, mpi4py, torch
     python benchmarks/allreduce.py --np 2 --peers hora,hora-noshm,torch   # shared memory on and off
+    python benchmarks/allreduce.py --np 2 --peers hora,hora-core,mpi4py   # the core alone (C++, no Python)
 
 Each peer runs as its own job under horarun; every rank times in-place
 float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
@@ -96,9 +98,13 @@ def run_peer(peer, np_, sizes, backend):
     hora = peer.startswith("hora")
     through_mpi = peer == "mpi4py" or (hora and backend == "mpi")
     launcher = ["--mpi"] if through_mpi else []
-    cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np_), sys.executable,
-           os.path.abspath(__file__), "--worker", peer, "--port", str(free_port()),
-           "--sizes", ",".join(map(str, sizes))]
+    program = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--port", str(free_port())]
+    if peer == "hora-core":
+        program = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "hora_core_bench")]
+        if not os.path.exists(program[0]):
+            raise SystemExit(f"hora-core needs {program[0]}: run `make cpp` first")
+    cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np_)] + program + [
+        "--sizes", ",".join(map(str, sizes))]
     env = dict(os.environ, HORA_BACKEND=backend) if hora else None
     if peer == "hora-noshm":
         env["HORA_SHM"] = "0"
@@ -130,7 +136,7 @@ def main():
     parser.add_argument("--np", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--backend", choices=("gloo", "mpi"), default="gloo", help="hora's backend")
-    parser.add_argument("--peers", help="comma-separated, from hora, hora-noshm, torch, mpi4py (default: hora,torch; "
+    parser.add_argument("--peers", help="comma-separated, from hora, hora-noshm, hora-core, torch, mpi4py (default: hora,torch; "
                                         "with --backend mpi: hora,mpi4py,torch)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -58,7 +58,7 @@ void shutdown() {
 
 std::shared_ptr<Work> enqueue(int32_t set_id, OpType op, const std::string& name, const Array& input,
                               std::optional<Array> output, ReduceOp reduce_op, int root, double prescale,
-                              double postscale, const std::vector<int64_t>& splits) {
+                              double postscale, const std::vector<int64_t>& splits, bool caller_waits) {
   OpArgs args;
   args.op = op;
   args.name = name;
@@ -69,7 +69,18 @@ std::shared_ptr<Work> enqueue(int32_t set_id, OpType op, const std::string& name
   args.prescale = prescale;
   args.postscale = postscale;
   args.splits = splits;
-  return current().enqueue(set_id, std::move(args));
+  args.caller_waits = caller_waits;
+  std::shared_ptr<Work> work = current().enqueue(set_id, std::move(args));
+  if (caller_waits) {
+    // The op runs here, without a hand-off; its error comes from the
+    // caller's own wait on the handle.
+    nb::gil_scoped_release release;
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+    }
+  }
+  return work;
 }
 
 // The wire enums as Python enums. Arithmetic (IntEnum-like): a plain int of
@@ -130,7 +141,12 @@ NB_MODULE(_core, m) {
   nb::class_<Work>(m, "Work")
       .def("ready", &Work::ready)
       .def("finished", &Work::finished)
-      .def("wait", &Work::wait, nb::call_guard<nb::gil_scoped_release>())
+      .def("wait",
+           [](const Work& work) {
+             if (work.finished()) return work.wait();  // no wait: keep the GIL
+             nb::gil_scoped_release release;
+             work.wait();
+           })
       .def("received_splits", &Work::received_splits);
   m.def("output", [](const std::shared_ptr<Work>& work, DataType dtype) { return output_array(work, dtype); },
         "work"_a, "dtype"_a);
@@ -182,7 +198,7 @@ NB_MODULE(_core, m) {
     return ids;
   });
   m.def("enqueue", &enqueue, "set_id"_a, "op"_a, "name"_a, "input"_a, "output"_a.none(), "reduce_op"_a,
-        "root"_a, "prescale"_a, "postscale"_a, "splits"_a);
+        "root"_a, "prescale"_a, "postscale"_a, "splits"_a, "caller_waits"_a = false);
 }
 
 }  // namespace hora::bindings

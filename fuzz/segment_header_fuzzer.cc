@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (total > mapped) std::abort();
   if (layout.member_offset(layout.ranks) > layout.ring_offset(1, true)) std::abort();
   const uint64_t last_ring = layout.ring_offset(layout.ranks - 1, false);
-  if (last_ring + SegmentLayout::kRingHeaderBytes + layout.ring_bytes > layout.slots_offset()) std::abort();
+  if (last_ring + SegmentLayout::kRingHeaderBytes + layout.ring_bytes > layout.lane_offset()) std::abort();
+  if (layout.lane_offset() + kLaneBytes > layout.slots_offset()) std::abort();
   if (layout.slot_offset(layout.ranks - 1, 1) + layout.slot_bytes != total) std::abort();
   uint8_t again[kLine] = {};
   write_header(again, layout);

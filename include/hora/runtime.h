@@ -38,6 +38,9 @@ struct OpArgs {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: empty means even
+  // The caller waits for the op right away: where the set has a fast lane
+  // it runs the op on its own thread, and the engine thread is not woken.
+  bool caller_waits = false;
 };
 
 class Runtime {

@@ -26,6 +26,19 @@ struct WorkRecord {
   std::atomic<int64_t> finished_at{-1};        // submit_count when it finished; -1 while it runs
 };
 
+class Work;
+
+// Something that can run the op behind a Work on the thread that waits for
+// it (the progress engine of a set with a fast lane): no hand-off to another
+// thread for an op the caller waits for anyway.
+class WorkDriver {
+ public:
+  virtual ~WorkDriver() = default;
+  // Runs ops until `work` is done, or returns early when it cannot go on
+  // (the rest is the engine thread's).
+  virtual void drive(const Work& work) = 0;
+};
+
 class Work {
  public:
   // True once done (a true answer marks the record observed).
@@ -33,7 +46,8 @@ class Work {
   // The same without marking anything: for code that tracks the op on the
   // caller's behalf (keeping buffers alive), not for the caller itself.
   bool finished() const;
-  // Blocks until done; rethrows the op's error.
+  // Blocks until done (running the op itself where its driver lets it);
+  // rethrows the op's error.
   void wait() const;
 
   // Outputs the core allocated (allgather, alltoall; join: one int32, the
@@ -46,6 +60,8 @@ class Work {
   // Engine side. complete() and fail() fill in the record's finished_at;
   // it must be set before the op can finish.
   void set_record(std::shared_ptr<WorkRecord> record) { record_ = std::move(record); }
+  // Before the Work is handed out.
+  void set_driver(std::weak_ptr<WorkDriver> driver) { driver_ = std::move(driver); }
   std::byte* allocate_output(size_t bytes, std::vector<int64_t> shape);
   void set_received_splits(std::vector<int64_t> splits) { received_splits_ = std::move(splits); }
   void complete();
@@ -58,6 +74,7 @@ class Work {
   mutable std::condition_variable done_cv_;
   bool done_ = false;
   std::shared_ptr<WorkRecord> record_;
+  std::weak_ptr<WorkDriver> driver_;
   std::exception_ptr error_;
   std::unique_ptr<std::byte[]> output_;
   size_t output_bytes_ = 0;

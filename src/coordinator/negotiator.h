@@ -62,6 +62,9 @@ class Negotiator {
   const ResponseCache& cache() const { return cache_; }
   int size() const { return static_cast<int>(options_.global_ranks.size()); }
   bool joined(int rank) const { return joined_.at(rank); }
+  bool any_joined() const { return joined_count_ > 0; }
+  // Whether some member has submitted `name` and it is not decided yet.
+  bool has_pending(const std::string& name) const { return table_.count(name) != 0; }
 
  private:
   struct Entry {

@@ -29,6 +29,11 @@ class ResponseCache {
 
   // The slot holding a request equal to `q`, or -1.
   int32_t lookup(const Request& q) const;
+  // The slot holding a request named `name`, or -1.
+  int32_t slot_of(const std::string& name) const {
+    auto it = slot_by_name_.find(name);
+    return it == slot_by_name_.end() ? -1 : static_cast<int32_t>(it->second);
+  }
   // Stores `q` under the next slot; returns it, or -1 when full.
   int32_t insert(const Request& q);
   bool full() const { return slots_.size() >= capacity_; }

@@ -4,14 +4,14 @@
 
 namespace hora {
 
-void TensorQueue::push(TensorEntry entry) {
+void TensorQueue::push(TensorEntry entry, bool negotiate) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string name = entry.request.name;
   if (pending_.count(name))
     throw InvalidArgument("an op named '" + name + "' is already pending on this process set; " +
                           "names of concurrent ops must be unique");
   pending_.emplace(name, std::move(entry));
-  fresh_.push_back(name);
+  if (negotiate) fresh_.push_back(name);
 }
 
 std::vector<Request> TensorQueue::take_new() {

@@ -25,12 +25,15 @@ struct TensorEntry {
   std::shared_ptr<Work> work;
   std::chrono::steady_clock::time_point submitted{};
   bool stand_in = false;  // a joined member's share of an op it did not submit
+  bool lane = false;      // submitted through the fast lane (agreed there, not negotiated)
 };
 
 class TensorQueue {
  public:
   // Throws InvalidArgument when an op of the same name is still pending.
-  void push(TensorEntry entry);
+  // `negotiate` false: the entry is agreed elsewhere (the fast lane) and
+  // take_new() never returns it.
+  void push(TensorEntry entry, bool negotiate = true);
   // Requests pushed since the last call, in push order.
   std::vector<Request> take_new();
   // Removes and returns the pending entry `name`; throws Internal if absent.

@@ -1,88 +1,34 @@
 #include "coordinator/wire.h"
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 #include <string>
 
 #include "hora/errors.h"
+#include "net/codec.h"
 
 namespace hora {
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "wire format assumes little-endian hosts");
 
 constexpr uint16_t kMagic = 0x5248;  // "HR"
 constexpr uint32_t kMaxString = kMaxWireString;
 constexpr uint32_t kMaxCount = 1 << 22;
 constexpr uint32_t kMaxDims = 64;
 
-class Writer {
+using Writer = net::ByteWriter;
+
+// The shared reader with this format's subject and limits.
+class Reader : public net::ByteReader {
  public:
-  template <typename T>
-  void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint32_t>(static_cast<uint32_t>(s.size()));
-    bytes_.insert(bytes_.end(), s.begin(), s.end());
-  }
-  template <typename T>
-  void put_vector(const std::vector<T>& v) {
-    put<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (const T& x : v) put<T>(x);
-  }
-  std::vector<uint8_t> take() { return std::move(bytes_); }
+  explicit Reader(const std::vector<uint8_t>& bytes) : ByteReader(bytes, "control message") {}
 
- private:
-  std::vector<uint8_t> bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
-
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T value;
-    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return value;
-  }
-  std::string get_string(const char* what) {
-    uint32_t n = get<uint32_t>(what);
-    if (n > kMaxString) fail(what, "string of " + std::to_string(n) + " bytes is too long");
-    need(n, what);
-    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
-    pos_ += n;
-    return s;
-  }
+  std::string get_string(const char* what) { return ByteReader::get_string(what, kMaxString); }
   template <typename T>
   std::vector<T> get_vector(const char* what, uint32_t max_count = kMaxCount) {
-    uint32_t n = get<uint32_t>(what);
-    if (n > max_count) fail(what, "count " + std::to_string(n) + " exceeds " + std::to_string(max_count));
-    need(static_cast<size_t>(n) * sizeof(T), what);
-    std::vector<T> v(n);
-    if (n > 0) std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(T));
-    pos_ += n * sizeof(T);
-    return v;
+    return ByteReader::get_vector<T>(what, max_count);
   }
-  void expect_end() {
-    if (pos_ != bytes_.size())
-      fail("message", std::to_string(bytes_.size() - pos_) + " trailing bytes");
+  [[noreturn]] void fail(const char* what, const std::string& why) const {
+    ByteReader::fail(std::string(what) + ": " + why);
   }
-  [[noreturn]] void fail(const char* what, const std::string& why) {
-    throw Internal(std::string("malformed control message: ") + what + ": " + why);
-  }
-
- private:
-  void need(size_t n, const char* what) {
-    if (bytes_.size() - pos_ < n) fail(what, "truncated");
-  }
-  const std::vector<uint8_t>& bytes_;
-  size_t pos_ = 0;
 };
 
 void put_header(Writer& w, ControlKind kind) {

@@ -14,6 +14,7 @@ bool Work::finished() const {
 }
 
 void Work::wait() const {
+  if (std::shared_ptr<WorkDriver> driver = driver_.lock(); driver && !finished()) driver->drive(*this);
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_; });
   if (record_) record_->observed = true;

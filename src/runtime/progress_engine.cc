@@ -39,8 +39,9 @@ milliseconds ProgressEngine::census_window(milliseconds timeout) {
 
 milliseconds ProgressEngine::verdict_wait(milliseconds timeout) { return 2 * census_window(timeout) + milliseconds{500}; }
 
-std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, TensorView output) {
+std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, TensorView output, bool caller_waits) {
   auto work = std::make_shared<Work>();
+  int32_t slot = -1;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (stopping_) throw InvalidArgument(stop_reason_);
@@ -60,10 +61,15 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
       request.name = std::string(op_type_name(request.op)) + ".noname." +
                      std::to_string(++noname_counters_[request.op]);
     claim_name(request, work);
-    queue_.push(TensorEntry{std::move(request), std::move(input), std::move(output), work, Clock::now()});
+    if (lane_ && !join) slot = lane_slot(request);
+    TensorEntry entry{std::move(request), std::move(input), std::move(output), work, Clock::now()};
+    entry.lane = slot >= 0;
+    if (entry.lane) work->set_driver(weak_from_this());
+    queue_.push(std::move(entry), !entry.lane);
     joined_ = join;
   }
-  wake();
+  if (slot >= 0) lane_submit(static_cast<uint32_t>(slot), caller_waits);
+  else wake();
   return work;
 }
 
@@ -115,10 +121,12 @@ void ProgressEngine::stop(const std::string& reason) {
       backend_->abort(reason);
       backend_->wake();
     }
+    wake_drivers();
   }
   if (thread_.joinable()) thread_.join();
   auto error = std::make_exception_ptr(InvalidArgument(reason));
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(error);
+  std::lock_guard<std::mutex> role(executor_);
   for (TensorEntry& entry : running_) entry.work->fail(error);
   running_.clear();
 }
@@ -140,6 +148,7 @@ void ProgressEngine::run(const Connect& connect) {
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
       backend_ = std::move(backend);
+      lane_ = backend_->fast_lane();
       connected_ = true;
       if (stopping_) backend_->abort(stop_reason_);
     }
@@ -177,9 +186,13 @@ void ProgressEngine::serve() {
 void ProgressEngine::step() {
   std::vector<Request> fresh = queue_.take_new();
   if (!fresh.empty()) negotiate_local(std::move(fresh));
-  if (coordinator()) dispatch_ready();
+  if (coordinator()) {
+    if (lane_) drain_diverted();
+    dispatch_ready();
+  }
+  if (lane_) run_lane();
   const auto now = Clock::now();
-  auto deadline = now + kLongestSleep;
+  auto deadline = now + (undispatched_.empty() ? kLongestSleep : milliseconds{1});
   if (inspection_interval_.count() > 0) {
     if (now >= next_inspection_) {
       next_inspection_ = now + inspection_interval_;
@@ -197,7 +210,12 @@ void ProgressEngine::step() {
 // op timeout plus the time a verdict may take.
 void ProgressEngine::inspect(Clock::time_point now) {
   if (coordinator()) {
-    StallReport report = inspector_->inspect(now, [this] { return negotiator_->pending(); });
+    if (lane_) inspect_lane(now);
+    StallReport report = inspector_->inspect(now, [this] {
+      std::vector<PendingOp> pending = negotiator_->pending();
+      for (PendingOp& op : lane_pending()) pending.push_back(std::move(op));
+      return pending;
+    });
     if (!report.warning.empty()) log_warning(report.warning);
     if (report.failure) failure_ = SetFailure{report.failure->reason, set_ranks_of(report.failure->missing), false, false};
     return;
@@ -220,8 +238,12 @@ void ProgressEngine::negotiate_local(std::vector<Request> fresh) {
     int32_t slot = ResponseCache::cacheable(request.op) ? cache().lookup(request) : -1;
     if (coordinator()) {
       if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
-      if (slot >= 0) negotiator_->submit_cached(0, static_cast<uint32_t>(slot));
-      else negotiator_->submit(0, std::move(request));
+      if (slot >= 0) {
+        negotiator_->submit_cached(0, static_cast<uint32_t>(slot));
+        continue;
+      }
+      if (lane_) divert_for(request);
+      negotiator_->submit(0, std::move(request));
     } else if (slot >= 0) {
       message.cached_slots.push_back(static_cast<uint32_t>(slot));
     } else {
@@ -241,7 +263,10 @@ void ProgressEngine::on_message(const ControlMessage& message) {
       if (coordinator() || message.from != 0)
         throw Internal("a coordinator message from set rank " + std::to_string(message.from) + " reached set rank " +
                        std::to_string(options_.rank));
-      for (Response& response : decode_coordinator_message(message.bytes).responses) execute(std::move(response));
+      for (Response& response : decode_coordinator_message(message.bytes).responses) {
+        if (lane_) responses_.push_back(std::move(response));  // run when the lane's log reaches it
+        else execute(std::move(response));
+      }
       return;
     case ControlKind::kFailure:
       return on_failure_message(message.from, decode_failure_message(message.bytes));
@@ -258,6 +283,7 @@ void ProgressEngine::on_member_message(int from, const std::vector<uint8_t>& byt
   }
   for (Request& request : decoded.requests) {
     if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
+    if (lane_) divert_for(request);
     negotiator_->submit(from, std::move(request));
   }
 }
@@ -293,6 +319,7 @@ void ProgressEngine::on_failure_message(int from, const FailureMessage& message)
 
 void ProgressEngine::dispatch_ready() {
   std::vector<Response> ready = negotiator_->ready();
+  if (lane_) return dispatch_through_lane(std::move(ready));
   if (ready.empty()) return;
   for (const Response& response : ready)
     for (const std::string& name : response.names) inspector_->finished(name);
@@ -314,16 +341,23 @@ void ProgressEngine::execute(Response response) {
     else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
   }
   if (!response.error.empty()) {
-    for (TensorEntry& entry : running_) entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
+    for (TensorEntry& entry : running_) {
+      if (entry.lane) lane_pending_.fetch_sub(1);
+      entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
+    }
     running_.clear();
     return;
   }
   if (!coordinator())
     for (size_t i = 0; i < running_.size(); ++i)
       if (response.cache[i]) member_cache_.insert(running_[i].request);
+  if (lane_) remember_cached(response);
   zero_stand_ins(running_);
   run_op(response, running_);
-  for (TensorEntry& entry : running_) entry.work->complete();
+  for (TensorEntry& entry : running_) {
+    if (entry.lane) lane_pending_.fetch_sub(1);
+    entry.work->complete();
+  }
   running_.clear();
 }
 
@@ -416,13 +450,18 @@ void ProgressEngine::run_op(const Response& response, std::vector<TensorEntry>& 
   throw Internal("unknown op type in response");
 }
 
+// Drivers give up the executor role first (the backend was aborted, so a
+// collective in progress fails at once).
 void ProgressEngine::fail_everything(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     broken_ = error;
   }
   connected_cv_.notify_all();
+  failing_ = true;
+  wake_drivers();
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(error);
+  std::lock_guard<std::mutex> role(executor_);
   for (TensorEntry& entry : running_) entry.work->fail(error);
   running_.clear();
 }

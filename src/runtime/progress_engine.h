@@ -27,6 +27,16 @@
 // ranks and the missing ranks (docs/fault_tolerance.md). Other sets are not
 // touched. The coordinator alone prints stall warnings.
 //
+// The fast lane (sets whose members share a host, src/transport/shm/
+// fast_lane.h): an op found in the response cache is agreed in shared
+// memory instead, without the coordinator, and every member runs the
+// lane's log — those ops and the coordinator's responses — in one order.
+// Whoever holds the executor role runs the log: the engine thread, or a
+// caller that waits for its op (drive(), from Work::wait), so a repeated op
+// the caller waits for costs no thread hand-off. The coordinator takes back
+// (diverts) what the lane cannot decide alone: a mismatching request of a
+// cached name, and every op while a member has joined.
+//
 // stop() (or the destructor) cancels a connection in progress, aborts a
 // collective in progress (Backend::abort), fails what is still pending and
 // joins. It returns within about BackendFactory::kCancelPoll, except while
@@ -38,12 +48,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -56,6 +68,7 @@
 #include "coordinator/tensor_queue.h"
 #include "coordinator/wire.h"
 #include "transport/backend.h"
+#include "transport/shm/fast_lane.h"
 
 namespace hora {
 
@@ -70,14 +83,14 @@ struct EngineOptions {
   std::chrono::milliseconds stall_shutdown_time{0};      // 0: stalls never fail the set
 };
 
-class ProgressEngine {
+class ProgressEngine final : public WorkDriver, public std::enable_shared_from_this<ProgressEngine> {
  public:
   using Clock = std::chrono::steady_clock;
   // Connects the set; gives up (throwing) once `cancelled` is set.
   using Connect = std::function<std::unique_ptr<Backend>(const std::atomic<bool>& cancelled)>;
 
   ProgressEngine(EngineOptions options, Connect connect);
-  ~ProgressEngine();
+  ~ProgressEngine() override;
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
 
@@ -86,8 +99,12 @@ class ProgressEngine {
   // InvalidArgument once stopped, while this member has joined, and when an
   // op of the same name submitted here has not completed yet (the first op
   // and the set are not affected); on a broken set the returned Work has
-  // already failed.
-  std::shared_ptr<Work> submit(Request request, TensorView input, TensorView output);
+  // already failed. `caller_waits`: the caller waits for the op at once (it
+  // runs it itself where the fast lane allows).
+  std::shared_ptr<Work> submit(Request request, TensorView input, TensorView output, bool caller_waits = false);
+  // WorkDriver: runs the fast lane's log on the calling thread until `work`
+  // is done or the next entry is the engine thread's.
+  void drive(const Work& work) override;
   // Fails pending ops with InvalidArgument(`reason`) and joins the thread
   // (see the bound above). Idempotent.
   void stop(const std::string& reason);
@@ -129,6 +146,25 @@ class ProgressEngine {
   void run_op(const Response& response, std::vector<TensorEntry>& entries);
   const ResponseCache& cache() const { return coordinator() ? negotiator_->cache() : member_cache_; }
   void fail_everything(std::exception_ptr error);
+
+  // The fast lane (progress_engine_lane.cc).
+  int32_t lane_slot(const Request& request);
+  void lane_submit(uint32_t slot, bool caller_waits);
+  void run_lane();
+  bool run_lane_entry(const shm::FastLane::Entry& entry, bool engine);
+  void run_cached(uint32_t slot);
+  void remember_cached(const Response& response);
+  void dispatch_through_lane(std::vector<Response> ready);
+  void divert(uint32_t slot);
+  void divert_for(const Request& request);
+  void divert_all();
+  void release(uint32_t slot);
+  void drain_diverted();
+  void update_diversions(const std::vector<Response>& dispatched);
+  void inspect_lane(Clock::time_point now);
+  std::vector<PendingOp> lane_pending() const;
+  void wake_drivers();
+  void update_engine_watch();
   // Registers `request`'s name for `work`; InvalidArgument (naming the op and
   // the set) when an op of that name submitted here has not completed.
   void claim_name(const Request& request, const std::shared_ptr<Work>& work);
@@ -172,6 +208,30 @@ class ProgressEngine {
   std::string stop_reason_;
   std::exception_ptr broken_;
   std::atomic<bool> stopping_{false};  // also cancels connect()
+
+  // Fast lane. lane_ is set once, before connected_; the rest as noted.
+  shm::FastLane* lane_ = nullptr;
+  std::mutex lane_slots_mutex_;  // the cached requests, by name, for submitters
+  std::unordered_map<std::string, uint32_t> lane_slot_by_name_;
+  std::vector<Request> lane_requests_;
+  std::mutex executor_;       // held while running the log (engine or a driver)
+  uint64_t next_entry_ = 0;   // guarded by executor_
+  std::deque<Response> responses_;      // engine thread: agreed, not yet reached in the log
+  std::deque<Response> undispatched_;   // coordinator: agreed, waiting for room in the log
+  std::atomic<int64_t> lane_pending_{0};  // lane ops submitted here and not run yet
+  std::atomic<int> drivers_{0};           // callers inside drive()
+  std::atomic<bool> failing_{false};      // drivers give up their role
+  std::exception_ptr driver_failure_;     // guarded by state_mutex_
+  // Coordinator: diverted rows (all_diverted_: every row, while a member
+  // has joined, up to diverted_upto_) and the lane ops waiting for members.
+  std::set<uint32_t> diverted_;
+  bool all_diverted_ = false;
+  struct LaneWait {
+    uint32_t completions = 0;
+    std::vector<int> submitted;
+  };
+  std::unordered_map<uint32_t, LaneWait> lane_waits_;
+
   std::thread thread_;
 };
 

@@ -146,7 +146,7 @@ std::shared_ptr<Work> Runtime::enqueue(int32_t id, OpArgs args) {
   ProcessSet set = table_->get(id);
   Request request = make_request(set, args);
   if (!target) throw Internal("process set " + std::to_string(id) + " has no engine on a member rank");
-  return target->submit(std::move(request), args.input, args.output);
+  return target->submit(std::move(request), args.input, args.output, args.caller_waits);
 }
 
 void Runtime::shutdown() {

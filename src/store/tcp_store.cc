@@ -1,35 +1,26 @@
 // Client of the launcher's rendezvous server. The wire protocol is described in
 // docs/rendezvous.md; its encoding lives in store_protocol.{h,cc}.
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "net/codec.h"
+#include "net/socket.h"
 #include "store/store_protocol.h"
 
 namespace hora {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using net::Clock;
 using std::chrono::milliseconds;
 
 using namespace store_protocol;
@@ -83,38 +74,20 @@ std::string quote_keys(const std::vector<std::string>& keys) {
   return out;
 }
 
-// --- socket ----------------------------------------------------------------
+// --- connection -------------------------------------------------------------
 
-// Waits until `fd` is ready for `events`; false when the deadline passes.
-bool wait_ready(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60000)));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) throw ConnectionLost(std::string("poll: ") + std::strerror(errno));
-    if (r == 0 && Clock::now() >= deadline) return false;
-  }
-}
+constexpr char kServer[] = "the rendezvous server";
 
-// One TCP connection to the server; owns the descriptor.
+// One TCP connection to the server; owns the socket.
 class Connection {
  public:
-  explicit Connection(int fd) : fd_(fd) {}
-  Connection(Connection&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Connection& operator=(Connection&&) = delete;
-  ~Connection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  explicit Connection(net::Socket socket) : socket_(std::move(socket)) {}
 
   void send_all(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
-    size_t sent = 0;
-    while (sent < bytes.size()) {
-      if (!wait_ready(fd_, POLLOUT, deadline)) throw ConnectionLost("send timed out");
-      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) throw ConnectionLost(std::string("send: ") + std::strerror(errno));
-      sent += static_cast<size_t>(n);
+    try {
+      socket_.send_all(bytes, deadline, kServer);
+    } catch (const Error& e) {
+      throw ConnectionLost(e.what());
     }
   }
 
@@ -123,8 +96,7 @@ class Connection {
   std::vector<uint8_t> recv_frame(Clock::time_point deadline) {
     uint8_t header[4];
     recv_exact(header, 4, deadline);
-    const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 |
-                            uint32_t{header[2]} << 16 | uint32_t{header[3]} << 24;
+    const uint32_t length = net::load_u32_le(header);
     if (length > kMaxFrameBytes) throw Internal("oversized reply from the rendezvous server");
     std::vector<uint8_t> payload(length);
     recv_exact(payload.data(), length, deadline);
@@ -136,80 +108,26 @@ class Connection {
 
  private:
   void recv_exact(uint8_t* out, size_t n, Clock::time_point deadline) {
-    size_t got = 0;
-    while (got < n) {
-      if (!wait_ready(fd_, POLLIN, deadline)) {
-        timed_out_ = true;
-        throw ConnectionLost("no reply in time");
-      }
-      const ssize_t r = ::recv(fd_, out + got, n - got, 0);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (r == 0) throw ConnectionLost("the server closed the connection");
-      if (r < 0) throw ConnectionLost(std::string("recv: ") + std::strerror(errno));
-      got += static_cast<size_t>(r);
+    try {
+      socket_.recv_exact(out, n, deadline, kServer);
+    } catch (const Timeout&) {
+      timed_out_ = true;
+      throw ConnectionLost("no reply in time");
+    } catch (const Error& e) {
+      throw ConnectionLost(e.what());
     }
   }
 
-  int fd_;
+  net::Socket socket_;
   bool timed_out_ = false;
 };
 
-// One non-blocking connect attempt to one address; returns a descriptor or -1
-// with `error` set.
-int connect_once(const addrinfo& address, Clock::time_point deadline, std::string& error) {
-  const int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                          address.ai_protocol);
-  if (fd < 0) {
-    error = std::strerror(errno);
-    return -1;
-  }
-  int status = ::connect(fd, address.ai_addr, address.ai_addrlen) == 0 ? 0 : errno;
-  if (status == EINPROGRESS) {
-    socklen_t len = sizeof status;
-    status = ETIMEDOUT;
-    if (wait_ready(fd, POLLOUT, std::max(deadline, Clock::now() + milliseconds{100}))) {
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &status, &len);
-    }
-  }
-  if (status != 0) {
-    error = std::strerror(status);
-    ::close(fd);
-    return -1;
-  }
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
 // Connects to host:port, retrying until `deadline`; throws hora::Timeout.
 Connection open_connection(const std::string& host, int port, Clock::time_point deadline) {
-  std::string error = "no address";
-  milliseconds pause{20};
-  while (true) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* addresses = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addresses);
-    if (rc != 0) {
-      error = ::gai_strerror(rc);
-    } else {
-      for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
-        const int fd = connect_once(*a, deadline, error);
-        if (fd >= 0) {
-          ::freeaddrinfo(addresses);
-          return Connection(fd);
-        }
-      }
-      ::freeaddrinfo(addresses);
-    }
-    if (Clock::now() >= deadline) {
-      throw Timeout("cannot reach the rendezvous server at " + host + ":" + std::to_string(port) +
-                    ": " + error);
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
-    pause = std::min(pause * 2, milliseconds{500});
-  }
+  net::ConnectOptions options;
+  options.deadline = deadline;
+  options.retry = true;
+  return Connection(net::connect_to(host, port, kServer, options));
 }
 
 // --- the store -------------------------------------------------------------

@@ -3,17 +3,8 @@
 // encoders.
 #include "store/tcp_store_server.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <charconv>
 #include <condition_variable>
-#include <cstring>
 #include <list>
 #include <map>
 #include <mutex>
@@ -22,12 +13,14 @@
 #include <vector>
 
 #include "hora/errors.h"
+#include "net/codec.h"
+#include "net/socket.h"
 #include "store/store_protocol.h"
 
 namespace hora {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using net::Clock;
 
 using store_protocol::Command;
 using store_protocol::Refusal;
@@ -41,7 +34,7 @@ using store_protocol::kNoTimeoutMs;
 std::vector<uint8_t> reply_frame(Status status, std::vector<uint8_t> value) {
   const std::vector<uint8_t> payload = store_protocol::encode_reply({status, std::move(value)});
   std::vector<uint8_t> frame(4);
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(payload.size() >> (8 * i));
+  net::store_u32_le(frame.data(), static_cast<uint32_t>(payload.size()));
   frame.insert(frame.end(), payload.begin(), payload.end());
   return frame;
 }
@@ -61,60 +54,15 @@ int64_t parse_integer(const std::vector<uint8_t>& bytes, const char* what) {
   return value;
 }
 
-bool recv_exact(int fd, uint8_t* out, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, out + got, n - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    got += static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool send_all(int fd, const std::vector<uint8_t>& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-int listen_on(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* addresses = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &addresses);
-  if (rc != 0) throw InvalidArgument("rendezvous server: cannot resolve '" + host + "': " + gai_strerror(rc));
-  std::string error = "no address";
-  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      ::freeaddrinfo(addresses);
-      return fd;
-    }
-    error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(addresses);
-  throw InvalidArgument("rendezvous server: cannot listen on '" + host + "': " + error);
-}
+constexpr char kClient[] = "a rendezvous client";
+constexpr Clock::time_point kNever = Clock::time_point::max();
 
 }  // namespace
 
 struct TcpStoreServer::State {
   std::string secret;
-  int listen_fd = -1;
-  int stop_fd = -1;
-  int port = 0;
+  std::optional<net::Listener> listener;
+  net::Wakeup stop;
   std::thread acceptor;
 
   std::mutex mutex;
@@ -122,7 +70,7 @@ struct TcpStoreServer::State {
   bool stopping = false;
   std::map<std::string, std::vector<uint8_t>> data;  // guarded by mutex
   struct Connection {
-    int fd;
+    net::Socket socket;
     std::thread thread;
     bool done = false;
   };
@@ -137,23 +85,18 @@ struct TcpStoreServer::State {
 
 void TcpStoreServer::State::accept_loop() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+    net::Socket socket;
+    try {
+      socket = listener->accept(kNever, stop.fd());
+    } catch (const Error&) {
+      // Out of descriptors or memory for now: let connections finish.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
-    if (fds[1].revents != 0) return;
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::lock_guard<std::mutex> lock(mutex);
-    if (stopping) {
-      ::close(fd);
-      return;
-    }
+    if (!socket.valid() || stopping) return;
     reap_finished();
-    Connection& connection = connections.emplace_back(Connection{fd, {}, false});
+    Connection& connection = connections.emplace_back(Connection{std::move(socket), {}, false});
     connection.thread = std::thread([this, c = &connection] { serve(c); });
   }
 }
@@ -165,19 +108,17 @@ void TcpStoreServer::State::reap_finished() {
       continue;
     }
     it->thread.join();
-    ::close(it->fd);
     it = connections.erase(it);
   }
 }
 
 void TcpStoreServer::State::serve(Connection* connection) {
-  const int fd = connection->fd;
+  net::Socket& socket = connection->socket;
   try {
     for (;;) {
       uint8_t header[4];
-      if (!recv_exact(fd, header, 4)) break;
-      const uint32_t length = uint32_t{header[0]} | uint32_t{header[1]} << 8 | uint32_t{header[2]} << 16 |
-                              uint32_t{header[3]} << 24;
+      socket.recv_exact(header, 4, kNever, kClient);
+      const uint32_t length = net::load_u32_le(header);
       std::optional<Refusal> refusal;
       std::pair<Status, std::vector<uint8_t>> reply;
       if (length > kMaxFrameBytes) {
@@ -185,7 +126,7 @@ void TcpStoreServer::State::serve(Connection* connection) {
                                                   std::to_string(kMaxFrameBytes) + " bytes"};
       } else {
         std::vector<uint8_t> payload(length);
-        if (!recv_exact(fd, payload.data(), length)) break;
+        socket.recv_exact(payload.data(), length, kNever, kClient);
         try {
           reply = execute(store_protocol::decode_request(payload, secret));
         } catch (const Refusal& r) {
@@ -193,14 +134,16 @@ void TcpStoreServer::State::serve(Connection* connection) {
         }
       }
       if (refusal) {
-        send_all(fd, reply_frame(refusal->status, {refusal->message.begin(), refusal->message.end()}));
-        ::shutdown(fd, SHUT_WR);  // the client reads the refusal, then sees the close
+        socket.send_all(reply_frame(refusal->status, {refusal->message.begin(), refusal->message.end()}), kNever,
+                        kClient);
+        socket.shutdown(/*write_only=*/true);  // the client reads the refusal, then sees the close
         break;
       }
-      if (!send_all(fd, reply_frame(reply.first, std::move(reply.second)))) break;
+      socket.send_all(reply_frame(reply.first, std::move(reply.second)), kNever, kClient);
     }
   } catch (...) {
-    // A misbehaving client (or no memory for its request): drop it, keep serving others.
+    // A client that left or misbehaved (or no memory for its request): drop
+    // it, keep serving others.
   }
   std::lock_guard<std::mutex> lock(mutex);
   connection->done = true;
@@ -264,16 +207,10 @@ TcpStoreServer::TcpStoreServer(const std::string& host, std::string secret) : st
     throw InvalidArgument("rendezvous server: the secret must be 1.." + std::to_string(kMaxSecretBytes) + " bytes");
   }
   state_->secret = std::move(secret);
-  state_->listen_fd = listen_on(host);
-  sockaddr_storage address{};
-  socklen_t length = sizeof address;
-  ::getsockname(state_->listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
-  state_->port = ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
-                                                     : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-  state_->stop_fd = ::eventfd(0, EFD_CLOEXEC);
-  if (state_->stop_fd < 0) {
-    ::close(state_->listen_fd);
-    throw Internal(std::string("rendezvous server: eventfd: ") + std::strerror(errno));
+  try {
+    state_->listener.emplace(host);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("rendezvous server: ") + e.what());
   }
   state_->acceptor = std::thread([s = state_.get()] { s->accept_loop(); });
 }
@@ -284,20 +221,16 @@ TcpStoreServer::~TcpStoreServer() {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.stopping = true;
     s.changed.notify_all();
-    for (auto& connection : s.connections) ::shutdown(connection.fd, SHUT_RDWR);
+    for (auto& connection : s.connections) connection.socket.shutdown();
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t written = ::write(s.stop_fd, &one, sizeof one);
+  s.stop.signal();
   if (s.acceptor.joinable()) s.acceptor.join();
   // No new connection can appear now; serving threads end on the shutdown.
   for (auto& connection : s.connections) {
     if (connection.thread.joinable()) connection.thread.join();
-    ::close(connection.fd);
   }
-  ::close(s.listen_fd);
-  ::close(s.stop_fd);
 }
 
-int TcpStoreServer::port() const { return state_->port; }
+int TcpStoreServer::port() const { return state_->listener->port(); }
 
 }  // namespace hora

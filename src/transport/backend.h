@@ -14,6 +14,10 @@
 
 namespace hora {
 
+namespace shm {
+class FastLane;
+}
+
 // A control-plane message from another member of the same process set, or
 // the news that its control connection closed (`closed`, no bytes).
 struct ControlMessage {
@@ -71,6 +75,10 @@ class Backend {
   // member fail too instead of waiting for their timeout. The control plane
   // keeps working.
   virtual void abort(const std::string& reason) = 0;
+
+  // The set's fast lane (src/transport/shm/fast_lane.h) when its members
+  // share one, else null.
+  virtual shm::FastLane* fast_lane() { return nullptr; }
 };
 
 // Makes the communicators of one process. create() is called by the members
@@ -106,12 +114,17 @@ struct ShmOptions {
   bool enabled = true;        // false: every set takes the network path (HORA_SHM=0)
   size_t slot_bytes = 0;      // per member and buffer, a multiple of 4096; 0: 1 MiB
   std::string host_identity;  // added to this host's identity (tests simulate hosts)
+  int host_ranks = 0;         // the job's ranks on this host (0: unknown); waits spin less when
+                              // they outnumber the cores
 };
 
 // Sets whose members all publish the same host identity (boot id, host
 // name, /dev/shm device, pid namespace) in the set's store get a shared-
-// memory backend (src/transport/shm/); other sets, and a set whose segment
-// cannot be made or mapped (with one warning), get `network`'s backends.
+// memory backend (src/transport/shm/); sets over several hosts, one of them
+// with two members or more, a hierarchical one (src/transport/hierarchical/:
+// shared memory inside each host, `network` between hosts); other sets, and
+// a set whose segment cannot be made or mapped (with one warning), get
+// `network`'s backends.
 std::unique_ptr<BackendFactory> make_shm_backend_factory(std::unique_ptr<BackendFactory> network,
                                                          ShmOptions options = {});
 

@@ -35,7 +35,7 @@ JobTransport open_launcher_job(RuntimeConfig config) {
 // Sets on one host take shared memory, others the job's network factory.
 JobTransport with_shared_memory(JobTransport job) {
   if (job.config.size > 1 && job.factory) {
-    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity};
+    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity, job.config.local_size};
     job.factory = make_shm_backend_factory(std::move(job.factory), std::move(options));
   }
   return job;

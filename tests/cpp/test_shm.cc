@@ -412,7 +412,7 @@ TEST(ShmChoice, MembersOnOneHostShareMemory) {
   EXPECT_EQ(shm_chosen(3, [](int) { return ShmOptions{}; }), std::vector<bool>(3, true));
 }
 
-TEST(ShmChoice, MembersThatClaimDifferentHostsTakeTheNetwork) {
+TEST(ShmChoice, MembersOnTwoHostsGetNoOneHostSegment) {
   auto chosen = shm_chosen(4, [](int rank) { return ShmOptions{true, 0, rank < 2 ? "host-a" : "host-b"}; });
   EXPECT_EQ(chosen, std::vector<bool>(4, false));
 }

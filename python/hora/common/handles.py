@@ -17,6 +17,8 @@ _orphans = []
 
 def release_finished_orphans():
     """Drops the buffers of orphaned ops that have finished (each submit calls it)."""
+    if not _orphans:  # the common case, without taking the lock
+        return
     with _orphans_lock:
         if _orphans:
             _orphans[:] = [(work, keep) for work, keep in _orphans if not work.finished()]

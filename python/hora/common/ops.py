@@ -33,6 +33,8 @@ def _integer(value, what):
 
 
 def _number(value, what):
+    if type(value) is float:  # the common case, without the slower ABC check below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{what} must be a real number, got {value!r}")
     return float(value)
@@ -87,10 +89,13 @@ def reducescatter_rows(rows, set_size, set_rank):
 
 
 def submit(op, source, output, name, process_set, finish, reduce_op=Sum, root=0, prescale=1.0, postscale=1.0,
-           splits=()):
-    """Hands one op to the core and returns its handle at once. ``source``
-    and ``output`` are buffers the core reads and writes (output None: the
-    core allocates it); ``finish(work)`` makes the result once it is done."""
+           splits=(), caller_waits=False):
+    """Hands one op to the core and returns its handle. ``source`` and
+    ``output`` are buffers the core reads and writes (output None: the core
+    allocates it); ``finish(work)`` makes the result once it is done.
+    ``caller_waits``: the caller synchronizes at once, so the op may run on
+    this thread before the handle is returned (no hand-off to the set's
+    engine thread)."""
     if name is not None and not isinstance(name, str):
         raise ValueError(f"name must be a string or None, got {type(name).__name__}")
     root = _integer(root, "root_rank")
@@ -99,13 +104,13 @@ def submit(op, source, output, name, process_set, finish, reduce_op=Sum, root=0,
     set_id = _process_sets.resolve(process_set)
     release_finished_orphans()
     work = _core.enqueue(set_id, op, name or "", source, output, _types.core_reduce_op(reduce_op), root,
-                         prescale, postscale, list(splits))
+                         prescale, postscale, list(splits), caller_waits)
     return Handle(work, (source, output), finish)
 
 
 def barrier(process_set=global_process_set):
     """Returns once every member of the set has called it."""
-    synchronize(submit(_types.BARRIER, bytearray(), None, None, process_set, lambda work: None))
+    synchronize(submit(_types.BARRIER, bytearray(), None, None, process_set, lambda work: None, caller_waits=True))
 
 
 def join(device=-1, process_set=global_process_set):
@@ -165,43 +170,49 @@ class Collectives:
 
     # Allreduce.
 
-    def _allreduces(self, tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
+    def _allreduces(self, tensors, names, op, prescale_factor, postscale_factor, process_set, in_place,
+                    caller_waits=False):
         handles = []
         for tensor, name in zip(tensors, names):
             source, output, finish = self._targets(tensor, in_place)
             handles.append(submit(_types.ALLREDUCE, source, output, name, process_set, finish, reduce_op=op,
-                                  prescale=prescale_factor, postscale=postscale_factor))
+                                  prescale=prescale_factor, postscale=postscale_factor, caller_waits=caller_waits))
         return handles
+
+    def _allreduce(self, tensor, average, name, op, prescale_factor, postscale_factor, process_set, in_place,
+                   caller_waits):
+        op = _types.resolve_reduce_op(op, average)
+        tensor = self.check(tensor, in_place=in_place)
+        return self._allreduces([tensor], [name], op, prescale_factor, postscale_factor, process_set, in_place,
+                                caller_waits)[0]
 
     def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
         """Starts reducing ``tensor`` over the set (default: Average); returns a
         handle. The input is not modified."""
-        op = _types.resolve_reduce_op(op, average)
-        tensor = self.check(tensor)
-        return self._allreduces([tensor], [name], op, prescale_factor, postscale_factor, process_set, False)[0]
+        return self._allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, False,
+                               False)
 
     def allreduce(self, tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
                   postscale_factor=1.0, process_set=global_process_set):
         """Reduces ``tensor`` over the set (default: Average) and returns the result."""
         def run(tensors):
-            return [synchronize(self.allreduce_async(tensors[0], average, name, op, prescale_factor,
-                                                     postscale_factor, process_set))]
+            return [synchronize(self._allreduce(tensors[0], average, name, op, prescale_factor, postscale_factor,
+                                                process_set, False, True))]
 
         return _compressed(compression, [tensor], run)[0]
 
     def allreduce_async_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                          process_set=global_process_set):
         """Like ``allreduce_async`` but ``tensor`` receives the result."""
-        op = _types.resolve_reduce_op(op, average)
-        tensor = self.check(tensor, in_place=True)
-        return self._allreduces([tensor], [name], op, prescale_factor, postscale_factor, process_set, True)[0]
+        return self._allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, True,
+                               False)
 
     def allreduce_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                    process_set=global_process_set):
         """In-place allreduce; returns ``tensor``, which holds the result."""
-        return synchronize(self.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                                 process_set))
+        return synchronize(self._allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set, True, True))
 
     def grouped_allreduce_async(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
                                 postscale_factor=1.0, process_set=global_process_set):
@@ -260,9 +271,10 @@ class Collectives:
 
     # Broadcast.
 
-    def _broadcast(self, tensor, root_rank, name, process_set, in_place):
+    def _broadcast(self, tensor, root_rank, name, process_set, in_place, caller_waits=False):
         source, output, finish = self._targets(self.check(tensor, in_place=in_place), in_place)
-        return submit(_types.BROADCAST, source, output, name, process_set, finish, root=root_rank)
+        return submit(_types.BROADCAST, source, output, name, process_set, finish, root=root_rank,
+                      caller_waits=caller_waits)
 
     def broadcast_async(self, tensor, root_rank, name=None, process_set=global_process_set):
         """Starts broadcasting ``tensor`` from ``root_rank`` (a global rank, a
@@ -271,7 +283,7 @@ class Collectives:
 
     def broadcast(self, tensor, root_rank, name=None, process_set=global_process_set):
         """The value of ``tensor`` on ``root_rank``."""
-        return synchronize(self.broadcast_async(tensor, root_rank, name, process_set))
+        return synchronize(self._broadcast(tensor, root_rank, name, process_set, False, True))
 
     def broadcast_async_(self, tensor, root_rank, name=None, process_set=global_process_set):
         """Like ``broadcast_async`` but ``tensor`` receives the root's value."""
@@ -279,7 +291,7 @@ class Collectives:
 
     def broadcast_(self, tensor, root_rank, name=None, process_set=global_process_set):
         """In-place broadcast; returns ``tensor``, which holds the root's value."""
-        return synchronize(self.broadcast_async_(tensor, root_rank, name, process_set))
+        return synchronize(self._broadcast(tensor, root_rank, name, process_set, True, True))
 
     # Alltoall.
 

@@ -12,6 +12,7 @@ from hora.common.ops import split_list
 
 # NumPy kinds of the element types hora moves: bool, signed, unsigned, float.
 _BUILT_IN_KINDS = "biuf"
+_DTYPE_NAMES = {}  # dtype -> dtype_name(), filled as dtypes are seen
 
 
 class NumpyAdapter(Adapter):
@@ -28,9 +29,13 @@ class NumpyAdapter(Adapter):
             raise ValueError(f"{what} cannot be made a numpy array: {error}") from None
 
     def dtype_name(self, array):
-        if array.dtype.kind not in _BUILT_IN_KINDS:
-            return f"{array.dtype} (kind {array.dtype.kind!r})"
-        return array.dtype.name
+        dtype = array.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            # numpy's dtype.name is slow; a repeated op looks it up once.
+            name = dtype.name if dtype.kind in _BUILT_IN_KINDS else f"{dtype} (kind {dtype.kind!r})"
+            _DTYPE_NAMES[dtype] = name
+        return name
 
     def shape(self, array):
         return tuple(array.shape)

@@ -9,7 +9,8 @@ line of a rank is prefixed with '[rank]:'. When a rank fails, the others are
 stopped and horarun exits with the failing rank's status. With --keep-going
 the others run on (a failed rank breaks only the process sets that contain
 it); horarun then reports every rank's exit status and exits with the first
-failing rank's.
+failing rank's. At the end, horarun removes the shared-memory segments that
+the job recorded in its store and left on this machine (shm_leftovers.py).
 """
 
 import argparse
@@ -27,6 +28,7 @@ import time
 from hora.runner import env as rank_env
 from hora.runner import hosts as host_list
 from hora.runner import mpi_run
+from hora.runner import shm_leftovers
 from hora.runner.rendezvous import RendezvousServer
 
 # Seconds between SIGTERM and SIGKILL when horarun stops ranks.
@@ -292,7 +294,27 @@ class Job:
         finally:
             self._stop_ranks(signal.SIGKILL)
             watchdog.release()
+            self._remove_leftover_segments(server)
             server.stop()
+
+    def _remove_leftover_segments(self, server):
+        """Removes the shared-memory segments the job recorded in its store
+        and left on this machine (see shm_leftovers.py), once every local
+        rank has exited."""
+        local = [rank for rank in self.ranks if not rank.remote]
+        for rank in local:
+            try:
+                rank.popen.wait(timeout=TERMINATE_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                return   # a rank still runs and may use them
+        if not local:
+            return
+        names = shm_leftovers.recorded_segment_names(
+            server.values_of_keys_ending_with(shm_leftovers.SEGMENT_RECORD_SUFFIX))
+        removed = shm_leftovers.remove_segments(names)
+        if removed:
+            print(f"horarun: removed {len(removed)} shared-memory segment(s) the job left in "
+                  f"{shm_leftovers.SEGMENT_DIRECTORY}: {', '.join(removed)}", file=sys.stderr, flush=True)
 
     def _hostname(self, placement, rendezvous_addr):
         if self.local_only:

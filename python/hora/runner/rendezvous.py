@@ -255,6 +255,12 @@ class RendezvousServer:
         for _, thread in connections:
             thread.join(timeout=5)
 
+    def values_of_keys_ending_with(self, suffix):
+        """The values of every key that ends with `suffix` (str or bytes)."""
+        suffix = _to_bytes(suffix)
+        with self._changed:
+            return [value for key, value in self._data.items() if key.endswith(suffix)]
+
     def __enter__(self):
         return self.start()
 

@@ -58,8 +58,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
                                          process_set)
     else:
-        reduced = _mpi_ops.synchronize(_mpi_ops.allreduce_async(compressed, average, name, op, prescale_factor,
-                                                                postscale_factor, process_set))
+        reduced = _mpi_ops.collectives.allreduce(compressed, average, name, None, op, prescale_factor,
+                                                 postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -169,7 +169,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     the set); the input is not modified. Differentiable."""
     _mpi_ops.check(tensor)
     if not _recorded(tensor):
-        return _mpi_ops.synchronize(_mpi_ops.broadcast_async(tensor, root_rank, name, process_set))
+        return _mpi_ops.collectives.broadcast(tensor, root_rank, name, process_set)
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 

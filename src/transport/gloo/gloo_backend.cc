@@ -114,15 +114,6 @@ void shut_down_connections(const std::vector<std::pair<std::string, std::string>
 
 }  // namespace
 
-std::string describe_set(const std::vector<int>& global_ranks) {
-  std::string out = "process set [";
-  for (size_t i = 0; i < global_ranks.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(global_ranks[i]);
-  }
-  return out + "]";
-}
-
 void rethrow_as_hora_error(const std::string& where) {
   try {
     throw;
@@ -148,7 +139,7 @@ GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank, std::shared_pt
                          const std::vector<std::string>& remote_addresses)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(describe_set(global_ranks_)),
+      set_name_(control::describe_set(global_ranks_)),
       set_store_(std::move(set_store)),
       context_(std::move(context)),
       control_(std::move(control)),

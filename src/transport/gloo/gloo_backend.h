@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "control/control_channel.h"
 #include "transport/backend.h"
-#include "transport/gloo/control_channel.h"
 
 namespace gloo {
 class Context;
@@ -18,8 +18,8 @@ class Context;
 
 namespace hora::gloo_transport {
 
-// "process set [0, 2, 3]": how error messages name a set (by global ranks).
-std::string describe_set(const std::vector<int>& global_ranks);
+using control::Clock;
+using control::ControlChannel;
 
 // Call inside a catch block: rethrows the exception in flight as a hora
 // error prefixed with `where`. Gloo timeouts become Timeout, every other Gloo

@@ -8,17 +8,17 @@
 #include <csignal>
 #include <mutex>
 
+#include "control/control_channel.h"
 #include "hora/errors.h"
 #include "transport/backend.h"
 #include "transport/gloo/connection_names.h"
-#include "transport/gloo/control_channel.h"
 #include "transport/gloo/gloo_backend.h"
 #include "transport/gloo/store_adapter.h"
 
 namespace hora {
 namespace {
 
-using gloo_transport::ControlChannel;
+using control::ControlChannel;
 using gloo_transport::GlooBackend;
 
 int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
@@ -70,7 +70,7 @@ class GlooBackendFactory final : public BackendFactory {
                                   const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("gloo backend: the set store is null");
-    const std::string set_name = gloo_transport::describe_set(global_ranks);
+    const std::string set_name = control::describe_set(global_ranks);
     auto context = std::make_shared<::gloo::rendezvous::Context>(
         rank, static_cast<int>(global_ranks.size()));
     context->setTimeout(timeout);

@@ -7,7 +7,6 @@
 
 #include "core/reduce.h"
 #include "hora/errors.h"
-#include "transport/gloo/gloo_backend.h"
 
 namespace hora::mpi_transport {
 namespace {
@@ -101,11 +100,11 @@ MPI_Op MpiReductions::op(DataType dtype, ReduceOp op) const {
 
 MpiBackend::MpiBackend(std::vector<int> global_ranks, int rank, OwnedCommunicator comm,
                        std::shared_ptr<const MpiReductions> reductions,
-                       std::unique_ptr<gloo_transport::ControlChannel> control,
+                       std::unique_ptr<control::ControlChannel> control,
                        std::chrono::milliseconds timeout)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(gloo_transport::describe_set(global_ranks_)),
+      set_name_(control::describe_set(global_ranks_)),
       comm_(std::move(comm)),
       reductions_(std::move(reductions)),
       control_(std::move(control)),

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "control/control_channel.h"
 #include "transport/backend.h"
-#include "transport/gloo/control_channel.h"
 #include "transport/mpi/mpi_world.h"
 
 namespace hora::mpi_transport {
@@ -54,7 +54,7 @@ class MpiBackend final : public Backend {
  public:
   MpiBackend(std::vector<int> global_ranks, int rank, OwnedCommunicator comm,
              std::shared_ptr<const MpiReductions> reductions,
-             std::unique_ptr<gloo_transport::ControlChannel> control, std::chrono::milliseconds timeout);
+             std::unique_ptr<control::ControlChannel> control, std::chrono::milliseconds timeout);
   ~MpiBackend() override;
 
   int rank() const override { return rank_; }
@@ -90,7 +90,7 @@ class MpiBackend final : public Backend {
   const std::string set_name_;
   OwnedCommunicator comm_;  // MPI_COMM_NULL for a set of one
   const std::shared_ptr<const MpiReductions> reductions_;
-  std::unique_ptr<gloo_transport::ControlChannel> control_;
+  std::unique_ptr<control::ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
   bool request_abandoned_ = false;  // a barrier still pending on comm_ (engine thread only)

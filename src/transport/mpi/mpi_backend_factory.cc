@@ -4,13 +4,12 @@
 
 #include "hora/errors.h"
 #include "store/cancellable_wait.h"
-#include "transport/gloo/gloo_backend.h"
 #include "transport/mpi/mpi_backend.h"
 
 namespace hora::mpi_transport {
 namespace {
 
-using gloo_transport::ControlChannel;
+using control::ControlChannel;
 
 constexpr char kTagCounterKey[] = "mpi/communicator_tags";  // in the job's store
 constexpr char kTagKey[] = "mpi/tag";                        // in the set's store
@@ -31,7 +30,7 @@ class MpiBackendFactory final : public BackendFactory {
                                   const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("mpi backend: the set store is null");
-    const std::string set_name = gloo_transport::describe_set(global_ranks);
+    const std::string set_name = control::describe_set(global_ranks);
     OwnedCommunicator comm;
     std::unique_ptr<ControlChannel> control;
     if (global_ranks.size() == 1) {

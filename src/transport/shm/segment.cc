@@ -17,7 +17,7 @@ namespace hora::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6d68732d61726f68;  // "hora-shm", little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kPage = 4096;
 constexpr char kDirectory[] = "/dev/shm/";
 constexpr char kPrefix[] = "hora-";
@@ -82,7 +82,9 @@ uint64_t SegmentLayout::ring_offset(uint32_t member, bool upward) const {
   return first + index * (kRingHeaderBytes + ring_bytes);
 }
 
-uint64_t SegmentLayout::slots_offset() const { return align_up(ring_offset(ranks, true), kPage); }
+uint64_t SegmentLayout::lane_offset() const { return ring_offset(ranks, true); }
+
+uint64_t SegmentLayout::slots_offset() const { return align_up(lane_offset() + kLaneBytes, kPage); }
 
 SegmentLayout plan_layout(uint32_t ranks, uint64_t slot_bytes, uint64_t ring_bytes) {
   const std::string problem = check_sizes(ranks, slot_bytes, ring_bytes);

@@ -17,16 +17,23 @@ constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 36;
 constexpr uint64_t kMinRingBytes = 4096;
 constexpr uint64_t kMaxRingBytes = uint64_t{1} << 24;
 constexpr size_t kAbortReasonBytes = 480;
+// The fast lane's table rows (response-cache slots it serves) and log
+// entries (a ring; a power of two).
+constexpr uint64_t kLaneRows = 1024;
+constexpr uint64_t kLaneLogEntries = 16384;
+constexpr uint64_t kLaneBytes = 2 * kLine + 8 * (kLaneRows + kLaneLogEntries);
 
 // Where each part of a segment lives, as byte offsets from its start:
 //
-//   header | abort record | member areas [ranks] | control rings | slots
+//   header | abort record | member areas [ranks] | control rings | fast lane | slots
 //
 // A member area holds its owner's progress counter (with two words of side
-// data), its doorbell (futex word + sleeper count), its pid and its state.
+// data), its doorbell (futex word + sleeper count), its pid and its state,
+// and its place in the fast lane's log (fast_lane.h).
 // The control plane is a star: member m (1..ranks-1) has one ring to the
 // coordinator and one from it, each a head line, a tail line and
-// ring_bytes of data. Each member owns two slots (a double buffer) of
+// ring_bytes of data. The fast lane is a log tail line, a drain-request
+// line, kLaneRows table rows and kLaneLogEntries log entries. Each member owns two slots (a double buffer) of
 // slot_bytes for collective data, page-aligned.
 struct SegmentLayout {
   uint32_t ranks = 0;
@@ -39,12 +46,13 @@ struct SegmentLayout {
   // The ring that carries member `member`'s messages to the coordinator
   // (`upward`) or the coordinator's to it.
   uint64_t ring_offset(uint32_t member, bool upward) const;
+  uint64_t lane_offset() const;
   uint64_t slots_offset() const;
   uint64_t slot_offset(uint32_t rank, int buffer) const {
     return slots_offset() + (uint64_t{rank} * 2 + static_cast<uint64_t>(buffer)) * slot_bytes;
   }
 
-  static constexpr uint64_t kMemberBytes = 3 * kLine;
+  static constexpr uint64_t kMemberBytes = 4 * kLine;
   static constexpr uint64_t kRingHeaderBytes = 2 * kLine;
 };
 
@@ -56,6 +64,14 @@ constexpr uint64_t kBell = kLine;        // u32: futex word peers bump to wake t
 constexpr uint64_t kSleepers = kLine + 4;  // u32: threads of this member asleep on kBell
 constexpr uint64_t kPid = 2 * kLine;     // i32: the member's process id
 constexpr uint64_t kState = 2 * kLine + 4;  // u32: MemberState
+constexpr uint64_t kConsumed = 3 * kLine;     // u64: fast-lane log entries this member has run
+constexpr uint64_t kWatch = 3 * kLine + 8;    // u32: who of this member waits for log entries
+constexpr uint64_t kLaneBell = 3 * kLine + 16;      // u32: futex word of this member's callers running the log
+constexpr uint64_t kLaneSleepers = 3 * kLine + 20;  // u32: those asleep on kLaneBell
+constexpr uint64_t kLaneTail = 0;             // u64: fast-lane log entries appended, ever
+constexpr uint64_t kLaneDrain = kLine;        // u32: 1 when the coordinator must drain diverted rows
+constexpr uint64_t kLaneRowsAt = 2 * kLine;   // u64[kLaneRows]
+constexpr uint64_t kLaneLogAt = 2 * kLine + 8 * kLaneRows;  // u64[kLaneLogEntries]
 constexpr uint64_t kAbortState = 0;      // u32: AbortState
 constexpr uint64_t kAbortBy = 4;         // i32: set rank that gave up
 constexpr uint64_t kAbortReason = 8;     // char[kAbortReasonBytes]

@@ -44,6 +44,7 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
     send_mutexes_.push_back(std::make_unique<std::mutex>());
   }
   peers_ = PeerWatch(pids);
+  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin);
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && (rank_ == 0 || r == 0)) inboxes_[r].peer = r;
   }

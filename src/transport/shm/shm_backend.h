@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/backend.h"
+#include "transport/shm/fast_lane.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/sync.h"
 
@@ -71,6 +72,7 @@ class ShmBackend final : public Backend {
   std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point deadline) override;
   void wake() override;
   void abort(const std::string& reason) override;
+  FastLane* fast_lane() override { return lane_ ? &*lane_ : nullptr; }
 
  private:
   // One control link, as its reader (the engine thread) sees it.
@@ -124,6 +126,7 @@ class ShmBackend final : public Backend {
   const ShmTuning tuning_;
   std::vector<Doorbell> bells_;  // by set rank
   PeerWatch peers_;
+  std::optional<FastLane> lane_;  // after bells_, which it reads
 
   // Engine thread only.
   uint64_t phase_ = 0;   // phases this member has published

@@ -1,8 +1,10 @@
 // make_shm_backend_factory: decides per process set, from the host
 // identities its members publish in the set's store, whether the set lives
-// on one host; such a set gets one shared-memory segment and ShmBackends,
-// every other set (and one whose segment cannot be made) the network
-// factory's backends.
+// on one host; such a set gets one shared-memory segment and ShmBackends. A
+// set over several hosts, one of them with two members or more, gets a
+// HierarchicalBackend (shared memory inside each host, the network factory
+// between hosts); every other set (and one whose segment cannot be made)
+// the network factory's backends.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include "hora/errors.h"
 #include "store/cancellable_wait.h"
 #include "transport/backend.h"
+#include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/shm_backend.h"
 #include "util/log.h"
 
@@ -87,9 +90,14 @@ class ShmBackendFactory final : public BackendFactory {
                                   const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("shm backend: the set store is null");
-    if (global_ranks.size() > 1 && on_one_host(global_ranks, rank, *set_store, timeout, cancelled)) {
-      std::optional<Segment> segment = attach(global_ranks, rank, *set_store, timeout, cancelled);
-      if (segment) return std::make_unique<shm::ShmBackend>(global_ranks, rank, std::move(*segment), timeout, tuning(global_ranks.size()));
+    if (global_ranks.size() > 1) {
+      const std::vector<std::string> identities = host_identities(global_ranks, rank, *set_store, timeout, cancelled);
+      const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
+      if (layout.hosts.size() == 1) {
+        if (auto backend = make_local(global_ranks, my_global_rank, *set_store, timeout, cancelled)) return backend;
+      } else if (hierarchical::worth_composing(layout)) {
+        return make_across_hosts(global_ranks, rank, layout, set_store, timeout, cancelled);
+      }
     }
     return network_->create(global_ranks, my_global_rank, std::move(set_store), timeout, cancelled);
   }
@@ -101,19 +109,54 @@ class ShmBackendFactory final : public BackendFactory {
                                         describe_set(global_ranks) + ": connecting shared memory"));
   }
 
-  // Every member publishes its host identity (a member with the path off
-  // publishes one nobody else has) and reads everyone's.
-  bool on_one_host(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
-                   const std::atomic<bool>& cancelled) const {
-    const std::string mine = options_.enabled ? host_identity_ : "off|" + std::to_string(rank);
+  // Every member publishes its host identity and reads everyone's, by set
+  // rank. A member with the path off publishes one nobody else has; then
+  // every member returns one identity per member, so that nobody shares
+  // memory or composes hosts.
+  std::vector<std::string> host_identities(const std::vector<int>& global_ranks, int rank, Store& store,
+                                           milliseconds timeout, const std::atomic<bool>& cancelled) const {
+    const std::string off = "off|";
+    const std::string mine = options_.enabled ? host_identity_ : off + std::to_string(rank);
     store.set("shm/host/" + std::to_string(rank), bytes_of(mine));
-    if (!options_.enabled) return false;
-    bool same = true;
-    for (size_t r = 0; r < global_ranks.size(); ++r) {
-      if (static_cast<int>(r) != rank && get(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks) != mine)
-        same = false;
+    std::vector<std::string> identities;
+    bool some_off = !options_.enabled;
+    for (size_t r = 0; r < global_ranks.size() && !some_off; ++r) {
+      identities.push_back(static_cast<int>(r) == rank
+                               ? mine
+                               : get(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks));
+      some_off = identities.back().rfind(off, 0) == 0;
     }
-    return same;
+    if (!some_off) return identities;
+    identities.clear();
+    for (size_t r = 0; r < global_ranks.size(); ++r) identities.push_back(off + std::to_string(r));
+    return identities;
+  }
+
+  // A ShmBackend over `global_ranks` (members of one host), or null when
+  // the segment cannot be used.
+  std::unique_ptr<Backend> make_local(const std::vector<int>& global_ranks, int my_global_rank, Store& store,
+                                      milliseconds timeout, const std::atomic<bool>& cancelled) const {
+    const int rank = set_rank_of(global_ranks, my_global_rank);
+    std::optional<Segment> segment = attach(global_ranks, rank, store, timeout, cancelled);
+    if (!segment) return nullptr;
+    return std::make_unique<shm::ShmBackend>(global_ranks, rank, std::move(*segment), timeout,
+                                             tuning(global_ranks.size()));
+  }
+
+  // Shared memory inside each host (the network path on a host whose
+  // segment cannot be used), the network factory between hosts and for
+  // the control plane.
+  std::unique_ptr<Backend> make_across_hosts(const std::vector<int>& global_ranks, int rank,
+                                             hierarchical::HostLayout layout, const std::shared_ptr<Store>& set_store,
+                                             milliseconds timeout, const std::atomic<bool>& cancelled) const {
+    auto network = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) {
+      return network_->create(ranks, me, std::move(store), timeout, cancelled);
+    };
+    auto local = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) {
+      if (auto backend = make_local(ranks, me, *store, timeout, cancelled)) return backend;
+      return network(ranks, me, std::move(store));
+    };
+    return hierarchical::make_hierarchical_backend(global_ranks, rank, std::move(layout), set_store, local, network);
   }
 
   // Set rank 0 makes the segment (make_segment); the others map it and
@@ -196,11 +239,13 @@ class ShmBackendFactory final : public BackendFactory {
         .store(shm::kAttached, std::memory_order_release);
   }
 
-  static shm::ShmTuning tuning(size_t members) {
+  shm::ShmTuning tuning(size_t members) const {
     shm::ShmTuning tuning;
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    // More members than cores: a spinning waiter takes the core its peer needs.
-    if (cpus > 0 && members > static_cast<size_t>(cpus)) tuning.spin = std::chrono::microseconds(2);
+    // More members (or ranks of the job on this host) than cores: a
+    // spinning waiter takes the core its peer needs.
+    const size_t busy = std::max(members, static_cast<size_t>(std::max(options_.host_ranks, 0)));
+    if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = std::chrono::microseconds(2);
     return tuning;
   }
 

@@ -167,8 +167,11 @@ std::optional<ControlMessage> ShmBackend::receive_control(Clock::time_point dead
     drain_inboxes(check_liveness);
     if (auto message = pop_frame()) return message;
     if (wake_pending_.exchange(false, std::memory_order_acq_rel)) return std::nullopt;
+    if (lane_ && lane_->engine_attention()) return std::nullopt;
     if (now >= deadline) return std::nullopt;
-    auto ready = [&] { return control_pending() || wake_pending_.load(std::memory_order_acquire); };
+    auto ready = [&] {
+      return control_pending() || wake_pending_.load(std::memory_order_acquire) || (lane_ && lane_->engine_attention());
+    };
     const auto round_end = deadline - now < kLivenessInterval ? deadline : now + kLivenessInterval;
     bells_[rank_].wait(ready, [] {}, round_end, tuning_.spin);
   }

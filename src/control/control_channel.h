@@ -1,5 +1,6 @@
-// The control plane of one process set over TCP, separate from Gloo's
-// connections.
+// The control channel of one process set: the negotiation messages between
+// its members and its coordinator (set rank 0), over TCP, apart from any
+// backend's data connections.
 #pragma once
 
 #include <atomic>
@@ -11,10 +12,15 @@
 #include <vector>
 
 #include "hora/store.h"
+#include "net/socket.h"
 #include "transport/backend.h"
-#include "transport/gloo/tcp_socket.h"
 
-namespace hora::gloo_transport {
+namespace hora::control {
+
+using Clock = net::Clock;
+
+// The name of a process set in messages: "process set [0, 2, 5]".
+std::string describe_set(const std::vector<int>& global_ranks);
 
 // A star of TCP connections between set rank 0 and every other member,
 // carrying frames of [u32 length, little-endian][bytes].
@@ -32,6 +38,7 @@ class ControlChannel {
   // Blocks until the star is connected, `timeout` passes (Timeout naming
   // the missing global ranks) or `cancelled` is set (InvalidArgument, within
   // about BackendFactory::kCancelPoll). `set_name` prefixes error messages.
+  // A send that cannot finish within `timeout` throws PeerFailure.
   static std::unique_ptr<ControlChannel> connect(const std::vector<int>& global_ranks, int rank,
                                                  const std::string& set_name,
                                                  const std::string& hostname, Store& store,
@@ -47,19 +54,20 @@ class ControlChannel {
   // One connection, to set rank `rank`.
   struct Link {
     int rank = -1;
-    UniqueFd fd;
+    net::Socket socket;
     std::mutex send_mutex;          // serialises writers of whole frames
     std::vector<uint8_t> received;  // bytes read but not yet returned
     bool closed = false;            // EOF or error seen (engine thread only)
     bool closure_reported = false;  // receive() has returned the closure
   };
 
-  ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name);
-  void accept_members(int listen_fd, Clock::time_point deadline, std::chrono::milliseconds timeout,
+  ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name,
+                 std::chrono::milliseconds send_timeout);
+  void accept_members(net::Listener& listener, Clock::time_point deadline, std::chrono::milliseconds timeout,
                       const std::atomic<bool>& cancelled);
   void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout,
                         const std::atomic<bool>& cancelled);
-  void add_link(int rank, UniqueFd fd, std::chrono::milliseconds timeout);
+  void add_link(int rank, net::Socket socket);
   // A complete frame from some link (round robin), or the closure of a
   // link whose frames have all been returned; nullopt if neither.
   std::optional<ControlMessage> pop_frame();
@@ -70,9 +78,10 @@ class ControlChannel {
   const std::vector<int> global_ranks_;
   const int rank_;
   const std::string set_name_;
+  const std::chrono::milliseconds send_timeout_;
   std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
-  UniqueFd wake_fd_;
+  net::Wakeup wakeup_;
   size_t next_link_ = 0;
 };
 
-}  // namespace hora::gloo_transport
+}  // namespace hora::control

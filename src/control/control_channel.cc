@@ -1,58 +1,61 @@
-#include "transport/gloo/control_channel.h"
+#include "control/control_channel.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "hora/errors.h"
+#include "net/codec.h"
 #include "store/cancellable_wait.h"
 
-namespace hora::gloo_transport {
+namespace hora::control {
 namespace {
 
 constexpr char kAddressKey[] = "control/address";
 constexpr uint32_t kHelloMagic = 0x48524341;  // marks a hora control hello
 constexpr size_t kMaxFrameBytes = size_t{1} << 30;
 
-void put_u32(uint8_t* out, uint32_t value) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(value >> (8 * i));
-}
-
-uint32_t get_u32(const uint8_t* in) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i) value |= static_cast<uint32_t>(in[i]) << (8 * i);
-  return value;
-}
+using net::load_u32_le;
+using net::store_u32_le;
 
 }  // namespace
 
-ControlChannel::ControlChannel(const std::vector<int>& global_ranks, int rank,
-                               std::string set_name)
+std::string describe_set(const std::vector<int>& global_ranks) {
+  std::string out = "process set [";
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(global_ranks[i]);
+  }
+  return out + "]";
+}
+
+ControlChannel::ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name,
+                               std::chrono::milliseconds send_timeout)
     : global_ranks_(global_ranks),
       rank_(rank),
       set_name_(std::move(set_name)),
-      links_(global_ranks.size()),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (wake_fd_.get() < 0) throw Internal(set_name_ + ": eventfd: " + std::strerror(errno));
-}
+      send_timeout_(send_timeout),
+      links_(global_ranks.size()) {}
 
 std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& global_ranks,
                                                         int rank, const std::string& set_name,
                                                         const std::string& hostname, Store& store,
                                                         std::chrono::milliseconds timeout,
                                                         const std::atomic<bool>& cancelled) {
-  std::unique_ptr<ControlChannel> channel(new ControlChannel(global_ranks, rank, set_name));
+  std::unique_ptr<ControlChannel> channel(new ControlChannel(global_ranks, rank, set_name, timeout));
   const auto deadline = Clock::now() + timeout;
   if (global_ranks.size() == 1) return channel;
   if (rank == 0) {
-    std::string address;
-    UniqueFd listener = listen_on(hostname, &address);
+    std::optional<net::Listener> listener;
+    try {
+      listener.emplace(hostname);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(set_name + ": control plane: " + e.what());
+    }
+    const std::string& address = listener->address();
     store.set(kAddressKey, std::vector<uint8_t>(address.begin(), address.end()));
-    channel->accept_members(listener.get(), deadline, timeout, cancelled);
+    channel->accept_members(*listener, deadline, timeout, cancelled);
   } else {
     channel->join_coordinator(store, deadline, timeout, cancelled);
   }
@@ -61,21 +64,21 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
 
 ControlChannel::~ControlChannel() {
   for (auto& link : links_) {
-    if (link) shutdown(link->fd.get(), SHUT_RDWR);
+    if (link) link->socket.shutdown();
   }
 }
 
 // Accepts one connection per other member. A connection whose hello is
 // missing or wrong is dropped, so a stray client cannot take a member's place.
-void ControlChannel::accept_members(int listen_fd, Clock::time_point deadline,
+void ControlChannel::accept_members(net::Listener& listener, Clock::time_point deadline,
                                     std::chrono::milliseconds timeout,
                                     const std::atomic<bool>& cancelled) {
   size_t joined = 0;
   while (joined + 1 < global_ranks_.size()) {
     if (cancelled) throw InvalidArgument(set_name_ + ": connecting the control plane was cancelled");
-    UniqueFd fd = accept_before(listen_fd, std::min(deadline, Clock::now() + BackendFactory::kCancelPoll));
-    if (fd.get() < 0 && Clock::now() < deadline) continue;
-    if (fd.get() < 0) {
+    net::Socket socket = listener.accept(std::min(deadline, Clock::now() + BackendFactory::kCancelPoll));
+    if (!socket.valid() && Clock::now() < deadline) continue;
+    if (!socket.valid()) {
       std::string missing;
       for (size_t r = 1; r < links_.size(); ++r) {
         if (!links_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
@@ -84,12 +87,16 @@ void ControlChannel::accept_members(int listen_fd, Clock::time_point deadline,
                     " ms waiting for the control connections of global rank(s) [" + missing + "]");
     }
     uint8_t hello[8];
-    if (!read_exact(fd.get(), hello, sizeof(hello), deadline)) continue;
-    const uint32_t from = get_u32(hello + 4);
-    if (get_u32(hello) != kHelloMagic || from == 0 || from >= links_.size() || links_[from]) {
+    try {
+      socket.recv_exact(hello, sizeof(hello), deadline, "a joining member");
+    } catch (const Error&) {
+      continue;  // closed, or silent until the deadline
+    }
+    const uint32_t from = load_u32_le(hello + 4);
+    if (load_u32_le(hello) != kHelloMagic || from == 0 || from >= links_.size() || links_[from]) {
       continue;
     }
-    add_link(static_cast<int>(from), std::move(fd), timeout);
+    add_link(static_cast<int>(from), std::move(socket));
     ++joined;
   }
 }
@@ -105,20 +112,24 @@ void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
     throw Timeout(set_name_ + ": global rank " + std::to_string(global_ranks_[0]) +
                   " did not publish its control address: " + e.what());
   }
-  const std::string address(value.begin(), value.end());
-  UniqueFd fd = connect_to(address, deadline);
+  const auto [host, port] = net::split_address(std::string(value.begin(), value.end()));
+  net::ConnectOptions options;
+  options.deadline = deadline;
+  options.cancelled = &cancelled;
+  options.cancel_poll = BackendFactory::kCancelPoll;
+  const std::string coordinator = "the coordinator of " + set_name_ + " (" + peer_name(0) + ")";
+  net::Socket socket = net::connect_to(host, port, coordinator, options);
   uint8_t hello[8];
-  put_u32(hello, kHelloMagic);
-  put_u32(hello + 4, static_cast<uint32_t>(rank_));
-  write_all(fd.get(), hello, sizeof(hello), nullptr, 0, peer_name(0));
-  add_link(0, std::move(fd), timeout);
+  store_u32_le(hello, kHelloMagic);
+  store_u32_le(hello + 4, static_cast<uint32_t>(rank_));
+  socket.send_all(hello, deadline, coordinator);
+  add_link(0, std::move(socket));
 }
 
-void ControlChannel::add_link(int rank, UniqueFd fd, std::chrono::milliseconds timeout) {
-  configure_stream(fd.get(), timeout);
+void ControlChannel::add_link(int rank, net::Socket socket) {
   auto link = std::make_unique<Link>();
   link->rank = rank;
-  link->fd = std::move(fd);
+  link->socket = std::move(socket);
   links_[rank] = std::move(link);
 }
 
@@ -138,31 +149,26 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
   }
   Link& link = *links_[to];
   uint8_t header[4];
-  put_u32(header, static_cast<uint32_t>(bytes.size()));
+  store_u32_le(header, static_cast<uint32_t>(bytes.size()));
   std::lock_guard<std::mutex> lock(link.send_mutex);
   try {
-    write_all(link.fd.get(), header, sizeof(header), bytes.data(), bytes.size(), peer_name(to));
+    link.socket.send_all(header, bytes, Clock::now() + send_timeout_, peer_name(to));
   } catch (const Error& e) {
-    throw PeerFailure(set_name_ + ": " + e.what());
+    throw PeerFailure(set_name_ + ": control plane: " + e.what());
   }
 }
 
-void ControlChannel::wake() {
-  const uint64_t one = 1;
-  // Cannot fail short of counter overflow; a failed write only loses a wake
-  // that an earlier, still pending one already delivers.
-  [[maybe_unused]] ssize_t rc = write(wake_fd_.get(), &one, sizeof(one));
-}
+void ControlChannel::wake() { wakeup_.signal(); }
 
 std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline) {
   std::vector<pollfd> fds;
   for (;;) {
     if (auto message = pop_frame()) return message;
-    fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
+    fds.assign(1, pollfd{wakeup_.fd(), POLLIN, 0});
     for (auto& link : links_) {
-      if (link && !link->closed) fds.push_back(pollfd{link->fd.get(), POLLIN, 0});
+      if (link && !link->closed) fds.push_back(pollfd{link->socket.fd(), POLLIN, 0});
     }
-    const int rc = poll(fds.data(), fds.size(), poll_timeout_ms(deadline));
+    const int rc = poll(fds.data(), fds.size(), net::poll_timeout_ms(deadline));
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw Internal(set_name_ + ": poll: " + std::strerror(errno));
@@ -173,8 +179,7 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
     }
     if (auto message = pop_frame()) return message;
     if (fds[0].revents & POLLIN) {
-      uint64_t count = 0;
-      [[maybe_unused]] ssize_t n = read(wake_fd_.get(), &count, sizeof(count));
+      wakeup_.clear();
       return std::nullopt;
     }
     if (rc == 0 && Clock::now() >= deadline) return std::nullopt;
@@ -184,15 +189,13 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
 void ControlChannel::drain(Link& link) {
   uint8_t chunk[64 * 1024];
   while (!link.closed) {
-    const ssize_t got = recv(link.fd.get(), chunk, sizeof(chunk), MSG_DONTWAIT);
-    if (got > 0) {
-      link.received.insert(link.received.end(), chunk, chunk + got);
-    } else if (got < 0 && errno == EINTR) {
-      continue;
-    } else if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    const std::optional<size_t> got = link.socket.recv_available(chunk, sizeof(chunk));
+    if (!got) {
+      link.closed = true;  // EOF, or a reset connection
+    } else if (*got == 0) {
       return;
     } else {
-      link.closed = true;  // EOF, or a reset connection
+      link.received.insert(link.received.end(), chunk, chunk + *got);
     }
   }
 }
@@ -204,10 +207,10 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (!link) continue;
     auto& buf = link->received;
     if (buf.size() >= 4) {
-      const size_t length = get_u32(buf.data());
+      const size_t length = load_u32_le(buf.data());
       if (length > kMaxFrameBytes) {
         // A peer that breaks the framing is treated as gone.
-        shutdown(link->fd.get(), SHUT_RDWR);
+        link->socket.shutdown();
         buf.clear();
         link->closed = true;
       } else if (buf.size() >= 4 + length) {
@@ -227,4 +230,4 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
   return std::nullopt;
 }
 
-}  // namespace hora::gloo_transport
+}  // namespace hora::control

@@ -1,0 +1,149 @@
+"""Whether one process set slows another down: two sets over the same two
+ranks, hora beside torch.distributed (two Gloo groups) in the same run.
+
+    python benchmarks/interference.py                  # 2 ranks, 300 small ops per phase
+    python benchmarks/interference.py --iterations 1000 --load-bytes 67108864
+
+Peers: hora (shared memory, the default), hora-noshm (HORA_SHM=0) and torch.
+Sets (groups) A and B both hold ranks [0, 1]. Each rank times B's 4-byte
+allreduce (Sum, float32) alone, then while a thread of the same process
+keeps float32 allreduces of --load-bytes (16 MiB) going in A; a Min over a
+flag in A's first element lets both ranks' threads stop after the same op.
+
+Prints per peer the median of the slowest rank for B alone and under A's
+load, their ratio (loaded / alone: 1.0 means A costs B nothing; issue 11's
+target is at most 1.5) and A's bus bandwidth while B ran; then each other
+peer's loaded latency over hora's (above 1: hora is faster). Not a test.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+from jobs import NO_SHM, free_port, print_result, run_job
+
+
+def latencies(op, iterations):
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        op()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+class Load:
+    """A thread that runs `op(buffer)` (an in-place Min allreduce in A) until
+    stop(); the rank whose flag is 0 in buffer[0] ends it for both."""
+
+    def __init__(self, op, buffer):
+        self._op, self._buffer = op, buffer
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self.ops, self.seconds = 0, 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        start = time.perf_counter()
+        while True:
+            self._buffer[0] = 0 if self._stop.is_set() else 1
+            self._op(self._buffer)
+            self.ops += 1
+            if self.ops == 2:
+                self._running.set()
+            if self._buffer[0] == 0:
+                break
+        self.seconds = time.perf_counter() - start
+        self._running.set()
+
+    def __enter__(self):
+        self._thread.start()
+        self._running.wait()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def measure(small_op, big_op, big, iterations):
+    for _ in range(20):
+        small_op()
+    big_op(big)
+    alone = latencies(small_op, iterations)
+    with Load(big_op, big) as load:
+        loaded = latencies(small_op, iterations)
+    return {"alone": statistics.median(alone), "loaded": statistics.median(loaded),
+            "load_op_seconds": load.seconds / max(load.ops, 1)}
+
+
+def worker_hora(iterations, load_bytes):
+    import numpy as np
+
+    import hora.numpy as hvd
+
+    hvd.init()
+    set_a, set_b = hvd.add_process_set([0, 1]), hvd.add_process_set([0, 1])
+    small, big = np.ones(1, dtype=np.float32), np.ones(load_bytes // 4, dtype=np.float32)
+    result = measure(lambda: hvd.allreduce_(small, op=hvd.Sum, name="small", process_set=set_b),
+                     lambda buffer: hvd.allreduce_(buffer, op=hvd.Min, name="load", process_set=set_a),
+                     big, iterations)
+    hvd.shutdown()
+    return result
+
+
+def worker_torch(iterations, load_bytes, port):
+    import torch
+    import torch.distributed as dist
+
+    rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    group_a, group_b = dist.new_group([0, 1]), dist.new_group([0, 1])
+    small, big = torch.ones(1, dtype=torch.float32), torch.ones(load_bytes // 4, dtype=torch.float32)
+    result = measure(lambda: dist.all_reduce(small, group=group_b),
+                     lambda buffer: dist.all_reduce(buffer, op=dist.ReduceOp.MIN, group=group_a),
+                     big, iterations)
+    dist.destroy_process_group()
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=300, help="small ops timed per phase")
+    parser.add_argument("--load-bytes", type=int, default=16 << 20, help="size of each allreduce in A")
+    parser.add_argument("--peers", default="hora,hora-noshm,torch",
+                        help="comma-separated, from hora, hora-noshm, torch")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        if args.worker == "torch":
+            print_result(worker_torch(args.iterations, args.load_bytes, args.port))
+        else:
+            print_result(worker_hora(args.iterations, args.load_bytes))
+        return
+
+    peers = args.peers.split(",")
+    measured = {}
+    for peer in peers:
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--iterations", str(args.iterations),
+                "--load-bytes", str(args.load_bytes), "--port", str(free_port())]
+        per_rank = run_job(2, argv, NO_SHM if peer == "hora-noshm" else None, what=f"{peer} interference")
+        measured[peer] = {key: max(r[key] for r in per_rank) for key in per_rank[0]}
+    print(f"set B: 4-byte allreduce; set A: {args.load_bytes >> 20} MiB allreduces in another thread; "
+          f"same 2 ranks (median of {args.iterations}, slowest rank)")
+    print(f"{'peer':>10} {'B alone':>10} {'B loaded':>10} {'loaded/alone':>13} {'A busbw':>11} {'loaded/hora':>12}")
+    for peer in peers:
+        m = measured[peer]
+        busbw = args.load_bytes / m["load_op_seconds"] / 1e9   # 2(n-1)/n = 1 at 2 ranks
+        versus = f"{m['loaded'] / measured['hora']['loaded']:.2f}x" if "hora" in measured else "-"
+        print(f"{peer:>10} {m['alone'] * 1e3:>7.3f} ms {m['loaded'] * 1e3:>7.3f} ms {m['loaded'] / m['alone']:>12.2f}x"
+              f" {busbw:>6.2f} GB/s {versus:>12}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

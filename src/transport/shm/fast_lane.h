@@ -1,0 +1,132 @@
+// FastLane: agreement on repeated ops through shared memory, without the
+// coordinator.
+//
+// An op whose request sits in the response cache (the same name and fields
+// as an earlier step) is known to every member by its cache slot. The
+// table holds one row per slot: a bit per member that has submitted the
+// op, a completion count, and a diverted flag. A submitter sets its bit; the
+// member whose bit completes the row resets it (one compare-and-swap, so
+// exactly one does) and appends the slot to the log. The log is the set's
+// one order of execution: the coordinator appends its responses to it too
+// (their contents still travel over the control plane), and every member
+// runs the log's entries in order. So a cached op costs an atomic or two and
+// no round trip, and ops agreed both ways never run in different orders.
+//
+// The coordinator takes a row back (diverts it) when the table cannot
+// decide the op alone: a member sent a request of the same name that
+// differs (a mismatch the negotiator must report), or a member joined (its
+// bit will never come). A diverted row hands its bits to the coordinator,
+// which negotiates the op as if they had arrived as cache slots; a member
+// whose bit lands in a diverted row raises the drain request so that the
+// coordinator collects it.
+//
+// Waking: a member publishes in its watch word which of its threads wait
+// for log entries (kEngine, kDriver); appenders ring the doorbell of such
+// members only, so a member whose caller runs the ops itself is not woken
+// for them. At most kMaxMembers members (the row's member bits).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "transport/shm/segment.h"
+#include "transport/shm/sync.h"
+
+namespace hora::shm {
+
+class FastLane {
+ public:
+  static constexpr int kMaxMembers = 31;
+  static constexpr uint32_t kEngine = 1;  // watch bits
+  static constexpr uint32_t kDriver = 2;
+
+  // What a log entry asks for: the cached op in `slot`, or the next
+  // response of the coordinator (`response`).
+  struct Entry {
+    bool response = false;
+    uint32_t slot = 0;
+  };
+
+  enum class Outcome {
+    kWaiting,    // the bit is set; others have not submitted yet
+    kAppended,   // this submission completed the row and appended it
+    kDiverted,   // the coordinator negotiates this op (drain requested)
+  };
+
+  // `bells` are the members' doorbells (their engine threads sleep on
+  // them), by set rank; `spin` is how long a waiter spins before it sleeps.
+  FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells,
+           std::chrono::nanoseconds spin);
+
+  // Whether a set of `members` can use a lane.
+  static bool supports(int members) { return members >= 2 && members <= kMaxMembers; }
+
+  // Any thread of this member: records its submission of the op in `slot`
+  // (< kLaneRows).
+  Outcome submit(uint32_t slot);
+
+  // Executor side. The entry at log position `index`, once appended.
+  std::optional<Entry> entry(uint64_t index) const;
+  // Publishes that this member has run the entries before `next`.
+  void set_consumed(uint64_t next);
+  uint64_t consumed() const;
+  // Sets or clears `who` in this member's watch word.
+  void watch(uint32_t who, bool on);
+  // A driver (a caller running the log) waits until the entry at `index`
+  // is appended or give_up() is true, at most about kLivenessInterval.
+  template <typename GiveUp>
+  void wait_for_entry(uint64_t index, GiveUp&& give_up) const {
+    lane_bells_[rank_].wait([&] { return entry(index).has_value() || give_up(); }, [] {},
+                            Clock::now() + kLivenessInterval, spin_);
+  }
+  // Wakes this member's drivers (to look at give_up()).
+  void wake_drivers() const { lane_bells_[rank_].ring(); }
+  // Whether an entry this member has not run is in the log.
+  bool entry_waiting() const { return entry(consumed()).has_value(); }
+  // What the engine thread waits for besides control messages: an entry
+  // while it watches the log, or (coordinator) a drain request.
+  bool engine_attention() const;
+
+  // Coordinator only. Appends a response entry (after has_room).
+  void append_response();
+  // Whether `entries` more fit in the log's first half.
+  bool has_room(size_t entries) const;
+  // Diverts `slot` (or keeps it diverted) and returns the set ranks whose
+  // submissions it held, which the caller now negotiates.
+  std::vector<int> divert(uint32_t slot);
+  // Ends a diversion if the row holds no submission (false: it does, and
+  // stays diverted).
+  bool try_undivert(uint32_t slot);
+  // Whether a member asked for diverted rows to be drained (clears it).
+  bool take_drain_request();
+  // The members that have submitted the op in `slot` and its completion
+  // count (for stall reports); diverted rows report no members.
+  struct RowState {
+    std::vector<int> submitted;
+    uint32_t completions = 0;
+  };
+  RowState row_state(uint32_t slot) const;
+
+ private:
+  std::atomic_ref<uint64_t> row(uint32_t slot) const;
+  std::atomic_ref<uint64_t> log_word(uint64_t index) const;
+  std::atomic_ref<uint64_t> tail() const;
+  uint64_t member_field(int member, uint64_t offset) const;
+  uint64_t min_consumed() const;
+  void append(uint32_t payload);
+  void ring_watchers() const;
+  std::vector<int> members_of(uint64_t bits) const;
+
+  const Segment* segment_;
+  const int rank_;
+  const int size_;
+  const std::vector<Doorbell>* bells_;
+  std::vector<Doorbell> lane_bells_;
+  const std::chrono::nanoseconds spin_;
+  const uint64_t full_;  // every member's bit
+};
+
+}  // namespace hora::shm

@@ -1,0 +1,405 @@
+// Process sets across hosts: ranks are forked processes that claim host
+// identities (ShmOptions.host_identity), so that one machine holds two
+// simulated hosts. The hierarchical backend must give the numbers a flat
+// set gives, and fail as a whole when a member dies.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/half.h"
+#include "hora/errors.h"
+#include "hora/runtime.h"
+#include "ranks_as_processes.h"
+#include "transport/backend.h"
+#include "transport/hierarchical/hierarchical_backend.h"
+#include "transport/shm/shm_backend.h"
+
+namespace hora {
+namespace {
+
+using hierarchical::HierarchicalBackend;
+using std::chrono::milliseconds;
+using test_support::require;
+using test_support::run_processes;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kTimeout(20'000);
+constexpr int kRanks = 4;
+
+std::vector<int> first_ranks(int n) {
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return ranks;
+}
+
+// Which host each global rank claims.
+using Hosts = std::vector<std::string>;
+const Hosts kBlocks = {"host-a", "host-a", "host-b", "host-b"};       // [0, 1] / [2, 3]
+const Hosts kInterleaved = {"host-a", "host-b", "host-a", "host-b"};  // [0, 2] / [1, 3]
+const Hosts kOneAlone = {"host-a", "host-b", "host-b", "host-b"};     // [0] / [1, 2, 3]
+
+// Slots of 64 KiB, so that the larger messages below take several chunks.
+std::unique_ptr<BackendFactory> factory_for(const Hosts& hosts, int rank) {
+  return make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1"), ShmOptions{true, 64 << 10, hosts[rank]});
+}
+
+// In a forked rank: the backend of the set of every rank over the
+// directory store at `dir`, checked to be hierarchical with shared memory
+// inside each host of two members or more.
+std::unique_ptr<Backend> attach(const std::string& dir, const Hosts& hosts, int rank,
+                                milliseconds timeout = kTimeout) {
+  auto store = make_prefix_store("set", std::make_shared<test_support::DirectoryStore>(dir));
+  auto backend = factory_for(hosts, rank)->create(first_ranks(kRanks), rank, store, timeout);
+  require(hierarchical::is_hierarchical_backend(*backend), "the set did not get a hierarchical backend");
+  const Backend* local = static_cast<HierarchicalBackend&>(*backend).local_part();
+  const bool alone = std::count(hosts.begin(), hosts.end(), hosts[rank]) == 1;
+  require(alone ? local == nullptr : local != nullptr && shm::is_shm_backend(*local),
+          "the part inside the host is not shared memory");
+  return backend;
+}
+
+void expect_all_ok(const std::vector<test_support::RankOutcome>& outcomes) {
+  for (size_t r = 0; r < outcomes.size(); ++r) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
+}
+
+// ------------------------------------------------------------ collectives
+
+// Small integers, exact in every type used, whose product over four ranks
+// (at most 5^4) is exact in float16 too.
+double input_value(int rank, size_t i) { return static_cast<double>((rank + i) % 5 + 1); }
+
+double flat_reduction(ReduceOp op, size_t i) {
+  double out = input_value(0, i);
+  for (int r = 1; r < kRanks; ++r) {
+    const double v = input_value(r, i);
+    if (op == ReduceOp::kSum) out += v;
+    else if (op == ReduceOp::kProduct) out *= v;
+    else if (op == ReduceOp::kMin) out = std::min(out, v);
+    else out = std::max(out, v);
+  }
+  return out;
+}
+
+template <typename T, typename ToT, typename FromT>
+void check_allreduce(Backend& b, DataType dtype, size_t count, ReduceOp op, ToT to, FromT from) {
+  std::vector<T> buf(count + 1);
+  for (size_t i = 0; i < count; ++i) buf[i] = to(input_value(b.rank(), i));
+  b.allreduce(buf.data(), count, dtype, op);
+  for (size_t i = 0; i < count; ++i) {
+    if (from(buf[i]) != flat_reduction(op, i))
+      throw std::runtime_error(std::string(dtype_name(dtype)) + " " + reduce_op_name(op).data() + " count " +
+                               std::to_string(count) + " element " + std::to_string(i) + ": got " +
+                               std::to_string(from(buf[i])) + ", expected " + std::to_string(flat_reduction(op, i)));
+  }
+}
+
+// Counts: zero, one, not divisible by the set size, and past a 64 KiB slot.
+void check_allreduces(Backend& b) {
+  auto same = [](double v) { return v; };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{40'001}}) {
+      check_allreduce<float>(b, DataType::kFloat32, count, op, [](double v) { return static_cast<float>(v); }, same);
+      check_allreduce<int64_t>(b, DataType::kInt64, count, op, [](double v) { return static_cast<int64_t>(v); },
+                               [](int64_t v) { return static_cast<double>(v); });
+    }
+    check_allreduce<uint16_t>(b, DataType::kFloat16, 1001, op, [](double v) { return float_to_fp16(static_cast<float>(v)); },
+                              [](uint16_t v) { return static_cast<double>(fp16_to_float(v)); });
+  }
+}
+
+uint8_t gathered_byte(int rank, size_t i) { return static_cast<uint8_t>(rank * 50 + i % 41); }
+
+// Unequal inputs: member 0 (a leader) gives nothing, member 3 more than a
+// slot; members 1 and 2 both give some, so that host order differs from
+// set-rank order when hosts interleave.
+void check_allgatherv(Backend& b) {
+  auto count = [](int r) { return r == 0 ? size_t{0} : r == 3 ? size_t{150'001} : size_t(r + 1) * 1000; };
+  std::vector<uint8_t> in(count(b.rank()) + 1);
+  for (size_t i = 0; i < count(b.rank()); ++i) in[i] = gathered_byte(b.rank(), i);
+  std::vector<size_t> sizes;
+  std::vector<uint8_t> want;
+  for (int r = 0; r < kRanks; ++r) {
+    sizes.push_back(count(r));
+    for (size_t i = 0; i < count(r); ++i) want.push_back(gathered_byte(r, i));
+  }
+  std::vector<uint8_t> out(want.size() + 1, 0xEE);
+  b.allgatherv(in.data(), out.data(), sizes);
+  require(out.back() == 0xEE, "allgatherv wrote past its output");
+  out.pop_back();
+  require(out == want, "allgatherv: wrong bytes");
+}
+
+// From every root, leaders or not, small and past a slot.
+void check_broadcasts(Backend& b) {
+  for (size_t bytes : {size_t{5}, size_t{200'003}}) {
+    for (int root = 0; root < kRanks; ++root) {
+      std::vector<uint8_t> data(bytes, 0xEE);
+      if (b.rank() == root)
+        for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(root + i % 97);
+      b.broadcast(data.data(), bytes, root);
+      for (size_t i = 0; i < bytes; ++i)
+        if (data[i] != static_cast<uint8_t>(root + i % 97))
+          throw std::runtime_error("broadcast of " + std::to_string(bytes) + " bytes from " + std::to_string(root));
+    }
+  }
+}
+
+// Block from a to b: (a + b) % 3 * 1000 bytes, some empty.
+void check_alltoallv(Backend& b) {
+  auto block = [](int from, int to) { return static_cast<size_t>((from + to) % 3) * 1000; };
+  auto byte = [](int from, int to, size_t i) { return static_cast<uint8_t>(from * 16 + to + i % 7); };
+  std::vector<uint8_t> send, expect;
+  std::vector<size_t> send_bytes, recv_bytes;
+  for (int peer = 0; peer < kRanks; ++peer) {
+    for (size_t i = 0; i < block(b.rank(), peer); ++i) send.push_back(byte(b.rank(), peer, i));
+    for (size_t i = 0; i < block(peer, b.rank()); ++i) expect.push_back(byte(peer, b.rank(), i));
+    send_bytes.push_back(block(b.rank(), peer));
+    recv_bytes.push_back(block(peer, b.rank()));
+  }
+  send.push_back(0);
+  std::vector<uint8_t> received(expect.size() + 1, 0xEE);
+  b.alltoallv(send.data(), send_bytes, received.data(), recv_bytes);
+  received.pop_back();
+  require(received == expect, "alltoallv: wrong bytes");
+}
+
+// Nobody leaves a barrier before everyone has entered it: each member
+// counts itself in (the last after a pause) and must see all counted.
+void check_barrier(Backend& b, std::atomic<int>* entered) {
+  for (int round = 1; round <= 3; ++round) {
+    if (b.rank() == (round + 1) % kRanks) std::this_thread::sleep_for(milliseconds(50));
+    entered->fetch_add(1);
+    b.barrier();
+    require(entered->load() >= round * kRanks, "a member left barrier " + std::to_string(round) + " early");
+    b.barrier();  // nobody counts into the next round before all have checked
+  }
+}
+
+// Every collective on a set over the claimed `hosts`.
+void check_every_collective(const Hosts& hosts) {
+  test_support::TemporaryDirectory dir;
+  auto* entered = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (entered) std::atomic<int>(0);
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    auto b = attach(dir.path(), hosts, rank);
+    check_allreduces(*b);
+    check_allgatherv(*b);
+    check_broadcasts(*b);
+    check_alltoallv(*b);
+    check_barrier(*b, entered);
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+  munmap(entered, 4096);
+}
+
+TEST(HierarchicalProcesses, TwoHostsOfConsecutiveRanksGiveTheFlatNumbers) { check_every_collective(kBlocks); }
+
+TEST(HierarchicalProcesses, TwoHostsOfInterleavedRanksGiveTheFlatNumbers) { check_every_collective(kInterleaved); }
+
+TEST(HierarchicalProcesses, AMemberAloneOnItsHostGivesTheFlatNumbers) { check_every_collective(kOneAlone); }
+
+// ------------------------------------------------------------- failures
+
+// A clock that forked ranks share: when something happened, and how many
+// ranks are running.
+struct SharedClock {
+  std::atomic<int64_t> at{0};
+  std::atomic<int64_t> running{0};
+
+  static SharedClock* make() {
+    void* memory = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return new (memory) SharedClock();
+  }
+  void release() { munmap(this, 4096); }
+  void mark() { at.store(Clock::now().time_since_epoch().count()); }
+  // Waits for mark(), then says how long ago it was.
+  milliseconds since_mark() const {
+    while (at.load() == 0) std::this_thread::sleep_for(milliseconds(1));
+    return milliseconds((Clock::now().time_since_epoch().count() - at.load()) / 1'000'000);
+  }
+  void kill_when_all_run(pid_t victim, int ranks) {
+    const auto give_up = Clock::now() + milliseconds(30'000);
+    while (running.load() < ranks && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(1));
+    std::this_thread::sleep_for(milliseconds(200));
+    kill(victim, SIGKILL);
+    mark();
+  }
+};
+
+// Rank 3 (not a leader, on the host without the coordinator) is killed in
+// a stream of allreduces: every survivor, on either host, fails with
+// PeerFailure within a second, and the coordinator's control plane
+// reports rank 3 closed.
+TEST(HierarchicalProcesses, KilledMemberFailsTheSetOnEveryHost) {
+  test_support::TemporaryDirectory dir;
+  SharedClock* clock = SharedClock::make();
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    auto b = attach(dir.path(), kBlocks, rank, milliseconds(60'000));
+    std::vector<float> v(1 << 16, 1.0f);
+    b->barrier();
+    clock->running.fetch_add(1);
+    try {
+      for (;;) b->allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    } catch (const PeerFailure& e) {
+      const milliseconds late = clock->since_mark();
+      require(late < milliseconds(1000), "failed " + std::to_string(late.count()) + " ms after the kill: " + e.what());
+    }
+    const auto start = Clock::now();
+    try {
+      b->barrier();
+      throw std::runtime_error("a barrier after the failure succeeded");
+    } catch (const PeerFailure&) {
+      require(Clock::now() - start < milliseconds(100), "a later barrier waited");
+    }
+    if (rank != 0) return;
+    for (;;) {
+      auto message = b->receive_control(Clock::now() + milliseconds(2000));
+      require(message.has_value(), "no closure reported for rank 3");
+      if (message->closed && message->from == 3) break;
+    }
+  }, milliseconds(60'000), [&](const std::vector<pid_t>& pids) { clock->kill_when_all_run(pids[3], kRanks); });
+  EXPECT_TRUE(outcomes[3].killed);
+  for (int r : {0, 1, 2}) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
+  clock->release();
+}
+
+// Through the Runtime (negotiation, the engine's failure protocol): the
+// survivors' pending op fails with the set's verdict naming the killed
+// member, on the coordinator's host too.
+TEST(HierarchicalProcesses, KilledMemberIsNamedByTheRuntime) {
+  test_support::TemporaryDirectory dir;
+  SharedClock* clock = SharedClock::make();
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    RuntimeConfig config;
+    config.rank = rank;
+    config.size = kRanks;
+    config.timeout = milliseconds(60'000);
+    config.start_timeout = milliseconds(60'000);
+    Runtime runtime(config, std::make_shared<test_support::DirectoryStore>(dir.path()),
+                    factory_for(kInterleaved, rank), {});
+    std::vector<float> v(1 << 12, 1.0f);
+    OpArgs args;
+    args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};
+    args.output = args.input;
+    try {
+      for (int step = 0;; ++step) {
+        std::fill(v.begin(), v.end(), 1.0f);
+        args.name = "grad";
+        runtime.enqueue(0, args)->wait();
+        require(v[0] == kRanks, "wrong sum through the runtime: " + std::to_string(v[0]));
+        if (step == 3) clock->running.fetch_add(1);
+      }
+    } catch (const PeerFailure& e) {
+      const milliseconds late = clock->since_mark();
+      require(late < milliseconds(3000), "failed " + std::to_string(late.count()) + " ms after the kill");
+      require(std::string(e.what()).find("missing global rank(s) [3]") != std::string::npos, e.what());
+    }
+  }, milliseconds(60'000), [&](const std::vector<pid_t>& pids) { clock->kill_when_all_run(pids[3], kRanks); });
+  EXPECT_TRUE(outcomes[3].killed);
+  for (int r : {0, 1, 2}) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
+  clock->release();
+}
+
+// Rank 1 gives the set up while the others wait in an allreduce that needs
+// it: they all fail at once, on both hosts.
+TEST(HierarchicalProcesses, AbortFailsPeersOnEveryHost) {
+  test_support::TemporaryDirectory dir;
+  SharedClock* clock = SharedClock::make();
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    auto b = attach(dir.path(), kBlocks, rank, milliseconds(60'000));
+    b->barrier();
+    if (rank == 1) {
+      std::this_thread::sleep_for(milliseconds(300));
+      clock->mark();
+      b->abort("test abort");
+      try {
+        b->barrier();
+      } catch (const PeerFailure& e) {
+        require(std::string(e.what()).find("test abort") != std::string::npos, e.what());
+        return;
+      }
+      throw std::runtime_error("a barrier after abort() succeeded");
+    }
+    float v = 1;
+    try {
+      b->allreduce(&v, 1, DataType::kFloat32, ReduceOp::kSum);
+      throw std::runtime_error("the allreduce succeeded");
+    } catch (const PeerFailure& e) {
+      const milliseconds late = clock->since_mark();
+      require(late < milliseconds(1000), "failed " + std::to_string(late.count()) + " ms after the abort: " + e.what());
+    }
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+  clock->release();
+}
+
+// ------------------------------------------------------- choice of backend
+
+enum class Kind { kShm, kHierarchical, kNetwork };
+
+// Ranks as threads over one hash store, the local backend as the network:
+// what each member's factory made, and whether an allreduce through it is
+// right.
+std::vector<Kind> chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
+  const int n = static_cast<int>(hosts.size());
+  auto store = make_hash_store();
+  std::vector<Kind> kinds(n, Kind::kNetwork);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto factory = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{shm_on[rank], 0, hosts[rank]});
+        auto b = factory->create(first_ranks(n), rank, store, kTimeout);
+        kinds[rank] = shm::is_shm_backend(*b)                        ? Kind::kShm
+                      : hierarchical::is_hierarchical_backend(*b) ? Kind::kHierarchical
+                                                                   : Kind::kNetwork;
+        int64_t v = rank + 1;
+        b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+        EXPECT_EQ(v, n * (n + 1) / 2);
+        b->barrier();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return kinds;
+}
+
+TEST(HierarchicalChoice, OnlyHostsWithSharedMembersAreComposed) {
+  const std::vector<bool> on(4, true);
+  EXPECT_EQ(chosen({"a", "a", "a", "a"}, on), std::vector<Kind>(4, Kind::kShm));
+  EXPECT_EQ(chosen(kBlocks, on), std::vector<Kind>(4, Kind::kHierarchical));
+  EXPECT_EQ(chosen(kInterleaved, on), std::vector<Kind>(4, Kind::kHierarchical));
+  EXPECT_EQ(chosen({"a", "b", "c", "d"}, on), std::vector<Kind>(4, Kind::kNetwork));
+  EXPECT_EQ(chosen({"a", "b"}, {true, true}), std::vector<Kind>(2, Kind::kNetwork));
+}
+
+TEST(HierarchicalChoice, OneMemberWithSharedMemoryOffKeepsTheSetFlat) {
+  EXPECT_EQ(chosen(kBlocks, {true, true, false, true}), std::vector<Kind>(4, Kind::kNetwork));
+}
+
+TEST(HierarchicalLayout, HostsAreNumberedByTheirLowestMember) {
+  const hierarchical::HostLayout blocks = hierarchical::plan_hosts(kBlocks);
+  EXPECT_EQ(blocks.hosts, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_TRUE(blocks.contiguous);
+  const hierarchical::HostLayout mixed = hierarchical::plan_hosts({"y", "x", "y", "z", "x"});
+  EXPECT_EQ(mixed.hosts, (std::vector<std::vector<int>>{{0, 2}, {1, 4}, {3}}));
+  EXPECT_EQ(mixed.host_of, (std::vector<int>{0, 1, 0, 2, 1}));
+  EXPECT_EQ(mixed.local_rank_of, (std::vector<int>{0, 0, 1, 0, 1}));
+  EXPECT_FALSE(mixed.contiguous);
+  EXPECT_TRUE(mixed.is_leader(1));
+  EXPECT_FALSE(mixed.is_leader(4));
+  EXPECT_TRUE(hierarchical::worth_composing(mixed));
+  EXPECT_FALSE(hierarchical::worth_composing(hierarchical::plan_hosts({"x", "x", "x"})));
+  EXPECT_FALSE(hierarchical::worth_composing(hierarchical::plan_hosts({"x", "y", "z"})));
+}
+
+}  // namespace
+}  // namespace hora
