@@ -19,6 +19,11 @@ namespace {
 constexpr uint64_t kMagic = 0x6d68732d61726f68;  // "hora-shm", little-endian
 constexpr uint32_t kVersion = 2;
 constexpr uint64_t kPage = 4096;
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;  // Linux 5.14
+#endif
 constexpr char kDirectory[] = "/dev/shm/";
 constexpr char kPrefix[] = "hora-";
 
@@ -58,12 +63,25 @@ SegmentLayout layout_of(uint32_t ranks, uint64_t slot_bytes, uint64_t ring_bytes
   return layout;
 }
 
-// Maps `fd` whole, shared, with its pages faulted in.
+// Maps `fd` whole and shared; no page is faulted in yet.
 uint8_t* map_whole(int fd, uint64_t bytes) {
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) throw Internal(system_error("shared memory: mmap of " + std::to_string(bytes) + " bytes"));
   return static_cast<uint8_t*>(base);
 }
+
+}  // namespace
+
+void populate(void* begin, uint64_t bytes) {
+  if (bytes == 0) return;
+  if (madvise(begin, bytes, kPopulateWrite) == 0) return;
+  if (errno != EINVAL) throw Internal(system_error("shared memory: allocating " + std::to_string(bytes) + " bytes in /dev/shm"));
+  // A kernel before 5.14: touch every page (a full /dev/shm is then SIGBUS).
+  auto* bytes_at = static_cast<volatile uint8_t*>(begin);
+  for (uint64_t offset = 0; offset < bytes; offset += kPage) bytes_at[offset] = bytes_at[offset];
+}
+
+namespace {
 
 void check_free_space(uint64_t bytes) {
   struct statvfs info {};
@@ -155,12 +173,17 @@ Segment Segment::create(const std::string& name, const SegmentLayout& layout) {
   uint8_t* base = nullptr;
   try {
     if (fchmod(fd, 0600) != 0) throw Internal(system_error("shared memory: fchmod " + path));
-    const int rc = posix_fallocate(fd, 0, static_cast<off_t>(layout.total_bytes));
+    if (ftruncate(fd, static_cast<off_t>(layout.total_bytes)) != 0)
+      throw Internal(system_error("shared memory: sizing " + path));
+    // The control part now; each member's slots when it first uses them.
+    const int rc = posix_fallocate(fd, 0, static_cast<off_t>(layout.slots_offset()));
     if (rc != 0) {
       errno = rc;
-      throw Internal(system_error("shared memory: allocating " + std::to_string(layout.total_bytes) + " bytes in /dev/shm"));
+      throw Internal(system_error("shared memory: allocating " + std::to_string(layout.slots_offset()) +
+                                  " bytes in /dev/shm"));
     }
     base = map_whole(fd, layout.total_bytes);
+    populate(base, layout.slots_offset());
   } catch (...) {
     close(fd);
     unlink(path.c_str());
@@ -195,7 +218,9 @@ Segment Segment::open(const std::string& name, uint32_t ranks, uint64_t total_by
   }
   close(fd);
   try {
+    populate(base, kPage);
     SegmentLayout layout = decode_header(base, total_bytes);
+    populate(base, layout.slots_offset());
     if (layout.ranks != ranks)
       throw Internal("shared memory: segment is for " + std::to_string(layout.ranks) + " members, not " + std::to_string(ranks));
     return Segment(base, layout);

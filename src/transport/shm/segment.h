@@ -95,6 +95,11 @@ void write_header(void* base, const SegmentLayout& layout);
 // first bad field.
 SegmentLayout decode_header(const void* base, size_t size);
 
+// Allocates and faults in `bytes` of a mapping from `begin` (page-aligned)
+// for writing; throws Internal naming the reason (a full /dev/shm) instead
+// of the SIGBUS a plain write would get.
+void populate(void* begin, uint64_t bytes);
+
 // "hora-<uid>-<32 hex digits from getrandom>".
 std::string random_segment_name();
 // Whether `name` has that form (so it names a file directly in /dev/shm).
@@ -105,9 +110,11 @@ void unlink_segment(const std::string& name) noexcept;
 // One mapping of a segment, unmapped on destruction. Move-only.
 class Segment {
  public:
-  // Makes a new segment: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, all of it
-  // allocated (fallocate, so a full /dev/shm fails here and not later with
-  // SIGBUS) and mapped with its pages faulted in; writes the header. Throws
+  // Makes a new segment: O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, sized and
+  // mapped, with its control part (everything before the slots) allocated
+  // and faulted in; each member allocates its own slots when it first uses
+  // them (ShmBackend, through populate()). /dev/shm must have room for the
+  // whole segment now. Writes the header. Throws
   // Internal naming the reason (including too little free space in
   // /dev/shm); nothing is left behind then.
   static Segment create(const std::string& name, const SegmentLayout& layout);

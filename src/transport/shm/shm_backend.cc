@@ -44,7 +44,7 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
     send_mutexes_.push_back(std::make_unique<std::mutex>());
   }
   peers_ = PeerWatch(pids);
-  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin);
+  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin, tuning_.yield);
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && (rank_ == 0 || r == 0)) inboxes_[r].peer = r;
   }
@@ -66,6 +66,14 @@ Clock::time_point ShmBackend::deadline() const {
 
 uint8_t* ShmBackend::slot(int member, int buffer) const {
   return segment_.at(segment_.layout().slot_offset(static_cast<uint32_t>(member), buffer));
+}
+
+void ShmBackend::prepare_own_slots(size_t bytes) {
+  const uint64_t slot_bytes = segment_.layout().slot_bytes;
+  const uint64_t wanted = std::min<uint64_t>((bytes + kSlotGrowth - 1) / kSlotGrowth * kSlotGrowth, slot_bytes);
+  if (wanted <= prepared_) return;
+  for (int buffer = 0; buffer < 2; ++buffer) populate(slot(rank_, buffer) + prepared_, wanted - prepared_);
+  prepared_ = wanted;
 }
 
 uint64_t ShmBackend::progress_of(int member) const {
@@ -99,7 +107,7 @@ void ShmBackend::wait_for_all(uint64_t phase) {
     check_data_plane(phase);
     drain_if_reader();
   };
-  if (bells_[rank_].wait(ready, idle, deadline(), tuning_.spin)) return;
+  if (bells_[rank_].wait(ready, idle, deadline(), tuning_.spin, tuning_.yield)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);

@@ -25,6 +25,9 @@ struct ShmTuning {
   size_t small_bytes = 64 * 1024;
   // How long a waiter spins before it sleeps on its doorbell.
   std::chrono::nanoseconds spin{20'000};
+  // Then how long a data-plane or fast-lane waiter yields its core between
+  // looks before it sleeps.
+  std::chrono::nanoseconds yield{200'000};
 };
 
 // One member's view of the segment (see segment.h for its layout). Every
@@ -85,7 +88,11 @@ class ShmBackend final : public Backend {
 
   // Data plane (shm_backend.cc).
   template <typename Collective>
-  void run(const char* name, Collective&& collective);
+  void run(const char* name, size_t slot_use, Collective&& collective);
+  // Allocates this member's two slots up to `bytes` (rounded up to
+  // kSlotGrowth, at most a slot); Internal when /dev/shm has no room.
+  void prepare_own_slots(size_t bytes);
+  static constexpr size_t kSlotGrowth = 16 * 1024;
   uint8_t* slot(int member, int buffer) const;
   uint64_t progress_of(int member) const;
   // Publishes the next phase (with `side` data) and waits for every member
@@ -131,6 +138,7 @@ class ShmBackend final : public Backend {
   // Engine thread only.
   uint64_t phase_ = 0;   // phases this member has published
   uint64_t chunks_ = 0;  // chunks moved through the slots, for double buffering
+  uint64_t prepared_ = 0;  // bytes of each own slot allocated so far
   std::string broken_;   // the first data-plane failure
   Clock::time_point next_liveness_check_{};
   std::vector<bool> seen_gone_;

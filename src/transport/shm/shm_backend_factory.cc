@@ -27,9 +27,9 @@ using shm::SegmentLayout;
 using std::chrono::milliseconds;
 
 constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
-constexpr uint64_t kRingBytes = uint64_t{1} << 16;
+constexpr uint64_t kRingBytes = uint64_t{1} << 14;
 constexpr char kSegmentKey[] = "shm/segment";  // "<name> <bytes>", or "-<why there is none>"
-constexpr char kReadyKey[] = "shm/ready";      // "ok" once made, or "-<why not>"
+constexpr char kReadyKey[] = "shm/ready";      // "ok <name> <bytes>" once made, or "-<why not>"
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
@@ -173,11 +173,13 @@ class ShmBackendFactory final : public BackendFactory {
     if (rank == 0) {
       if (!make_segment(ranks, store, guard, segment, set_name)) return std::nullopt;
     } else {
-      const std::string published = get(store, kSegmentKey, timeout, cancelled, global_ranks);
-      if (published.empty() || published[0] == '-') return std::nullopt;
+      // "ok <name> <bytes>" once made (the name is in kSegmentKey too, for
+      // cleaning up after a set rank 0 that dies while making it).
+      const std::string ready = get(store, kReadyKey, timeout, cancelled, global_ranks);
+      if (ready.rfind("ok ", 0) != 0) return std::nullopt;
+      const std::string published = ready.substr(3);
       const size_t space = published.find(' ');
       guard.name = published.substr(0, space);
-      if (get(store, kReadyKey, timeout, cancelled, global_ranks) != "ok") return std::nullopt;
       try {
         if (space == std::string::npos) throw Internal("shared memory: malformed segment record '" + published + "'");
         segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
@@ -187,6 +189,7 @@ class ShmBackendFactory final : public BackendFactory {
       }
       store.set("shm/attach/" + std::to_string(rank), bytes_of(problem.empty() ? "ok" : problem));
     }
+    if (problem.empty() && all_attached(segment, cancelled)) return segment;
     std::string refusals;
     for (size_t r = 1; r < ranks; ++r) {
       if (static_cast<int>(r) == rank) continue;
@@ -224,11 +227,30 @@ class ShmBackendFactory final : public BackendFactory {
         guard.name.clear();  // create() removed what it made, if anything
         problem = e.what();
       }
-      store.set(kReadyKey, bytes_of(problem.empty() ? "ok" : "-" + problem));
+      store.set(kReadyKey, bytes_of(problem.empty() ? "ok " + guard.name + " " + std::to_string(layout.total_bytes)
+                                                    : "-" + problem));
     }
     if (problem.empty()) return true;
     log_warning(set_name + ": no shared-memory segment (" + problem + "); using the " + network_->name() + " path");
     return false;
+  }
+
+  // Whether every member marks itself attached in the segment within a
+  // short wait (the common case, without a store round trip per member); if
+  // not, the members' outcomes in the store tell who refused it.
+  static bool all_attached(const Segment& segment, const std::atomic<bool>& cancelled) {
+    const auto give_up = std::chrono::steady_clock::now() + milliseconds(50);
+    for (;;) {
+      bool all = true;
+      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) {
+        const uint64_t area = segment.layout().member_offset(r);
+        all = std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
+                  .load(std::memory_order_acquire) == shm::kAttached;
+      }
+      if (all) return true;
+      if (cancelled || std::chrono::steady_clock::now() >= give_up) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 
   // Publishes this member's pid and marks it attached.

@@ -28,8 +28,10 @@ void copy(void* to, const void* from, size_t bytes) {
 
 }  // namespace
 
+// `slot_use`: how many bytes of its slots this member may write (they are
+// allocated on first use, in steps of kSlotGrowth).
 template <typename Collective>
-void ShmBackend::run(const char* name, Collective&& collective) {
+void ShmBackend::run(const char* name, size_t slot_use, Collective&& collective) {
   const std::string where = set_name_ + ": " + name;
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(abort_mutex_);
@@ -40,6 +42,7 @@ void ShmBackend::run(const char* name, Collective&& collective) {
   try {
     if (shared<uint32_t>(segment_, abort_offset).load(std::memory_order_acquire) != kRunning)
       throw PeerFailure(abort_record());
+    prepare_own_slots(slot_use);
     collective();
   } catch (const Timeout& e) {
     broken_ = where + ": " + e.what();
@@ -55,7 +58,7 @@ void ShmBackend::run(const char* name, Collective&& collective) {
 
 void ShmBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (size() == 1 || count == 0) return;
-  run("allreduce", [&] {
+  run("allreduce", count * dtype_size(dtype), [&] {
     const size_t element = dtype_size(dtype);
     const size_t per_chunk = segment_.layout().slot_bytes / element;
     auto* data = static_cast<uint8_t*>(buf);
@@ -113,7 +116,7 @@ void ShmBackend::allgatherv(const void* in, void* out, const std::vector<size_t>
   if (size() == 1) return copy(out, in, recv_bytes[0]);
   const size_t largest = *std::max_element(recv_bytes.begin(), recv_bytes.end());
   if (largest == 0) return;
-  run("allgatherv", [&] {
+  run("allgatherv", recv_bytes[rank_], [&] {
     const size_t round_bytes = segment_.layout().slot_bytes;
     std::vector<size_t> offsets(recv_bytes.size(), 0);
     for (size_t r = 1; r < recv_bytes.size(); ++r) offsets[r] = offsets[r - 1] + recv_bytes[r - 1];
@@ -135,7 +138,7 @@ void ShmBackend::broadcast(void* buf, size_t bytes, int root) {
   if (root < 0 || root >= size())
     throw InvalidArgument(set_name_ + ": broadcast root " + std::to_string(root) + " is not a set rank");
   if (size() == 1 || bytes == 0) return;
-  run("broadcast", [&] {
+  run("broadcast", rank_ == root ? bytes : 0, [&] {
     const size_t round_bytes = segment_.layout().slot_bytes;
     auto* data = static_cast<uint8_t*>(buf);
     for (size_t k = 0; k * round_bytes < bytes; ++k) {
@@ -163,7 +166,7 @@ void ShmBackend::alltoallv(const void* in, const std::vector<size_t>& send_bytes
                             " bytes to itself but expects " + std::to_string(recv_bytes[0]));
     return copy(out, in, send_bytes[0]);
   }
-  run("alltoallv", [&] {
+  run("alltoallv", segment_.layout().slot_bytes, [&] {
     const size_t share = segment_.layout().slot_bytes / static_cast<size_t>(size());
     const size_t region = share >= kLine ? share / kLine * kLine : share;
     std::vector<size_t> send_offsets(size(), 0), recv_offsets(size(), 0);
@@ -196,7 +199,7 @@ void ShmBackend::alltoallv(const void* in, const std::vector<size_t>& send_bytes
 
 void ShmBackend::barrier() {
   if (size() == 1) return;
-  run("barrier", [&] { sync(); });
+  run("barrier", 0, [&] { sync(); });
 }
 
 }  // namespace hora::shm

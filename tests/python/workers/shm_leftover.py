@@ -42,7 +42,7 @@ if hvd.rank() == 0:
 store = RendezvousClient(os.environ["HORA_RENDEZVOUS_ADDR"], os.environ["HORA_RENDEZVOUS_PORT"],
                          os.environ["HORA_SECRET"])
 store.set(SET_KEYS + "host/1", store.get(SET_KEYS + "host/0", timeout=30))
-assert store.get(SET_KEYS + "ready", timeout=30) == b"ok"
+assert store.get(SET_KEYS + "ready", timeout=30).startswith(b"ok ")
 segment = store.get(SET_KEYS + "segment", timeout=30).decode().split(" ")[0]
 other_job = f"hora-{os.geteuid()}-{secrets.token_hex(16)}"
 os.close(os.open(os.path.join("/dev/shm", other_job), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
