@@ -16,14 +16,8 @@ constexpr uint32_t kResponsePayload = 0x80000000u;
 }  // namespace
 
 FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells,
-                   std::chrono::nanoseconds spin, std::chrono::nanoseconds yield_for)
-    : segment_(&segment),
-      rank_(rank),
-      size_(size),
-      bells_(&bells),
-      spin_(spin),
-      yield_(yield_for),
-      full_((uint64_t{1} << size) - 1) {
+                   std::chrono::nanoseconds spin)
+    : segment_(&segment), rank_(rank), size_(size), bells_(&bells), spin_(spin), full_((uint64_t{1} << size) - 1) {
   for (int r = 0; r < size_; ++r) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(r));
     lane_bells_.emplace_back(segment.field_at<uint32_t>(area + field::kLaneBell),

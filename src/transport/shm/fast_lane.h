@@ -57,10 +57,9 @@ class FastLane {
   };
 
   // `bells` are the members' doorbells (their engine threads sleep on
-  // them), by set rank; `spin` and `yield_for`: how long a waiter spins,
-  // then yields its core, before it sleeps.
+  // them), by set rank; `spin` is how long a waiter spins before it sleeps.
   FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells,
-           std::chrono::nanoseconds spin, std::chrono::nanoseconds yield_for = {});
+           std::chrono::nanoseconds spin);
 
   // Whether a set of `members` can use a lane.
   static bool supports(int members) { return members >= 2 && members <= kMaxMembers; }
@@ -81,7 +80,7 @@ class FastLane {
   template <typename GiveUp>
   void wait_for_entry(uint64_t index, GiveUp&& give_up) const {
     lane_bells_[rank_].wait([&] { return entry(index).has_value() || give_up(); }, [] {},
-                            Clock::now() + kLivenessInterval, spin_, yield_);
+                            Clock::now() + kLivenessInterval, spin_);
   }
   // Wakes this member's drivers (to look at give_up()).
   void wake_drivers() const { lane_bells_[rank_].ring(); }
@@ -127,7 +126,6 @@ class FastLane {
   const std::vector<Doorbell>* bells_;
   std::vector<Doorbell> lane_bells_;
   const std::chrono::nanoseconds spin_;
-  const std::chrono::nanoseconds yield_;
   const uint64_t full_;  // every member's bit
 };
 

@@ -44,7 +44,7 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
     send_mutexes_.push_back(std::make_unique<std::mutex>());
   }
   peers_ = PeerWatch(pids);
-  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin, tuning_.yield);
+  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin);
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && (rank_ == 0 || r == 0)) inboxes_[r].peer = r;
   }
@@ -107,7 +107,7 @@ void ShmBackend::wait_for_all(uint64_t phase) {
     check_data_plane(phase);
     drain_if_reader();
   };
-  if (bells_[rank_].wait(ready, idle, deadline(), tuning_.spin, tuning_.yield)) return;
+  if (bells_[rank_].wait(ready, idle, deadline(), tuning_.spin)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);

@@ -25,9 +25,6 @@ struct ShmTuning {
   size_t small_bytes = 64 * 1024;
   // How long a waiter spins before it sleeps on its doorbell.
   std::chrono::nanoseconds spin{20'000};
-  // Then how long a data-plane or fast-lane waiter yields its core between
-  // looks before it sleeps.
-  std::chrono::nanoseconds yield{200'000};
 };
 
 // One member's view of the segment (see segment.h for its layout). Every

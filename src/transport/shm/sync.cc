@@ -2,7 +2,6 @@
 
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,8 +29,6 @@ int open_pidfd(pid_t pid) {
 }
 
 }  // namespace
-
-void yield_core() noexcept { sched_yield(); }
 
 void Doorbell::ring() const noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -4,7 +4,6 @@
 
 #include <sys/types.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,9 +25,6 @@ inline void cpu_relax() {
 #endif
 }
 
-// sched_yield(), out of line.
-void yield_core() noexcept;
-
 // One member's doorbell in a segment. Anyone may ring it; only threads of
 // the member sleep on it. A sleeper counts itself in `sleepers`, re-checks
 // its condition and sleeps on `word` (a futex shared between processes);
@@ -47,25 +43,14 @@ class Doorbell {
   // kLivenessInterval until ready() is true (returns true) or `deadline`
   // passes (returns false). Between rounds it calls idle(), which may
   // throw to end the wait.
-  // Then, for about `yield_for`, it gives its core away between looks
-  // (sched_yield): a peer that shares the core runs at once, which matters
-  // when ranks outnumber cores, and a long wait still ends asleep.
   template <typename Ready, typename Idle>
-  bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin,
-            std::chrono::nanoseconds yield_for = {}) const {
+  bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin) const {
     if (spin.count() > 0) {
       const auto spin_until = Clock::now() + spin;
       for (int i = 0;; ++i) {
         if (ready()) return true;
         cpu_relax();
         if ((i & 31) == 31 && Clock::now() >= spin_until) break;
-      }
-    }
-    if (yield_for.count() > 0) {
-      const auto yield_until = std::min(Clock::now() + yield_for, deadline);
-      while (Clock::now() < yield_until) {
-        if (ready()) return true;
-        yield_core();
       }
     }
     for (;;) {
