@@ -39,6 +39,12 @@ milliseconds ProgressEngine::census_window(milliseconds timeout) {
 
 milliseconds ProgressEngine::verdict_wait(milliseconds timeout) { return 2 * census_window(timeout) + milliseconds{500}; }
 
+// An eighth of the op timeout, 0.1 to 0.5 s: twice this is what a member
+// whose coordinator is stopped waits past the op timeout.
+milliseconds ProgressEngine::coordinator_grace(milliseconds timeout) {
+  return std::clamp(census_window(timeout) / 2, milliseconds{100}, milliseconds{500});
+}
+
 std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, TensorView output, bool caller_waits) {
   auto work = std::make_shared<Work>();
   int32_t slot = -1;
@@ -179,6 +185,7 @@ void ProgressEngine::serve() {
       // A collective or a control message failed; who is missing is not
       // known yet.
       failure_ = SetFailure{e.what(), {}, true, false};
+      failure_->waited_out = !coordinator() && ran_nothing_for_op_timeout(Clock::now());
     }
   }
 }
@@ -205,28 +212,49 @@ void ProgressEngine::step() {
   if (message) on_message(*message);
 }
 
-// The coordinator warns about, and fails, ops that members never submit. A
-// member gives up on a coordinator that decides nothing for longer than the
-// op timeout plus the time a verdict may take.
-void ProgressEngine::inspect(Clock::time_point now) {
-  if (coordinator()) {
-    if (lane_) inspect_lane(now);
-    StallReport report = inspector_->inspect(now, [this] {
-      std::vector<PendingOp> pending = negotiator_->pending();
-      for (PendingOp& op : lane_pending()) pending.push_back(std::move(op));
-      return pending;
-    });
-    if (!report.warning.empty()) log_warning(report.warning);
-    if (report.failure) failure_ = SetFailure{report.failure->reason, set_ranks_of(report.failure->missing), false, false};
+// The coordinator warns about, and fails, ops that members never submit;
+// `head_start` is added to the ages of the ops it times.
+void ProgressEngine::inspect(Clock::time_point now, milliseconds head_start) {
+  if (!coordinator()) return inspect_coordinator(now);
+  if (lane_) inspect_lane(now);
+  StallReport report = inspector_->inspect(now + head_start, [this] {
+    std::vector<PendingOp> pending = negotiator_->pending();
+    for (PendingOp& op : lane_pending()) pending.push_back(std::move(op));
+    return pending;
+  });
+  if (!report.warning.empty()) log_warning(report.warning);
+  if (report.failure) failure_ = SetFailure{report.failure->reason, set_ranks_of(report.failure->missing), false, false};
+}
+
+// A member gives up on a coordinator that decides nothing on an op waiting
+// here for the op timeout plus a grace: a live coordinator fails such an op
+// itself at the op timeout and sends its verdict, which normally arrives
+// first. The clock runs from the op's submission or from the last op this
+// rank ran, whichever is later (ops that wait behind a long collective are
+// not waiting for the coordinator). The next inspection comes no later than
+// the give-up time.
+void ProgressEngine::inspect_coordinator(Clock::time_point now) {
+  std::optional<Clock::time_point> oldest = queue_.oldest_submission();
+  if (!oldest) return;
+  const Clock::time_point since = std::max(*oldest, Clock::time_point(Clock::duration(last_run_.load())));
+  const milliseconds patience = options_.timeout + coordinator_grace(options_.timeout);
+  if (now < since + patience) {
+    next_inspection_ = std::min(next_inspection_, since + patience);
     return;
   }
-  const milliseconds patience = options_.timeout + verdict_wait(options_.timeout);
-  std::optional<Clock::time_point> oldest = queue_.oldest_submission();
-  if (!oldest || now - *oldest < patience) return;
+  const auto waited = std::chrono::duration_cast<milliseconds>(now - since);
   failure_ = SetFailure{"the coordinator (global rank " + std::to_string(options_.global_ranks[0]) +
-                            ") decided nothing for " + std::to_string(patience.count()) +
+                            ") decided nothing for " + std::to_string(waited.count()) +
                             " ms on an op this rank submitted",
                         {}, true, false};
+  failure_->waited_out = true;
+}
+
+// Whether this rank has run no op on the set for the op timeout: a
+// collective that failed now had waited that long.
+bool ProgressEngine::ran_nothing_for_op_timeout(Clock::time_point now) const {
+  if (options_.timeout.count() <= 0) return false;
+  return now - Clock::time_point(Clock::duration(last_run_.load())) >= options_.timeout;
 }
 
 // New local requests: the coordinator records them directly, a member sends
@@ -306,11 +334,19 @@ void ProgressEngine::on_failure_message(int from, const FailureMessage& message)
   const std::string who = "global rank " + std::to_string(options_.global_ranks[from]);
   if (coordinator() && message.stage == Stage::kReport) {
     reported_[from] = true;
-    failure_ = SetFailure{who + " reported: " + message.reason, {}, true, false};
+    // A member that gave up waiting for an op reports it a grace after the
+    // op timeout, by its own clock, which may have started up to an
+    // inspection interval before this coordinator's (an op in the fast lane
+    // is timed from the first inspection that sees it waiting): ops that old
+    // by that clock fail naming the ranks that never submitted them, as
+    // without the report.
+    inspect(Clock::now(), inspection_interval_);
+    if (!failure_) failure_ = SetFailure{who + " reported: " + message.reason, {}, true, false};
   } else if (!coordinator() && message.stage == Stage::kVerdict) {
     failure_ = SetFailure{message.reason, {}, false, true};
   } else if (!coordinator() && message.stage == Stage::kProbe) {
     failure_ = SetFailure{"the coordinator (" + who + ") found the set broken: " + message.reason, {}, true, false};
+    failure_->coordinator_answered = true;
   } else {
     throw Internal("unexpected failure message (stage " + std::to_string(static_cast<int>(message.stage)) +
                    ") from " + who);
@@ -419,7 +455,14 @@ void ProgressEngine::finish_join(const Response& response) {
   running_.clear();
 }
 
+// Any executor (the engine thread or a driver); notes when this rank ran.
 void ProgressEngine::run_op(const Response& response, std::vector<TensorEntry>& entries) {
+  last_run_.store(Clock::now().time_since_epoch().count());
+  run_collective(response, entries);
+  last_run_.store(Clock::now().time_since_epoch().count());
+}
+
+void ProgressEngine::run_collective(const Response& response, std::vector<TensorEntry>& entries) {
   const Request& head = entries.front().request;
   AllreduceOptions options{head.dtype, head.reduce_op, head.prescale, head.postscale};
   switch (response.op) {

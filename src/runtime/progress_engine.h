@@ -25,7 +25,11 @@
 // it still reaches the same verdict. Every pending and later op of the set
 // fails with PeerFailure carrying that verdict, which names the set, its
 // ranks and the missing ranks (docs/fault_tolerance.md). Other sets are not
-// touched. The coordinator alone prints stall warnings.
+// touched. The coordinator alone prints stall warnings. A member whose
+// coordinator decides nothing on its ops for the op timeout plus a short
+// grace reports that to the coordinator, which answers with its verdict (or
+// a probe, then the verdict); one that does not answer within the grace
+// (stopped, hung) is named missing.
 //
 // The fast lane (sets whose members share a host, src/transport/shm/
 // fast_lane.h): an op found in the response cache is agreed in shared
@@ -111,11 +115,15 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   // Blocks until the set is connected; rethrows a connection failure.
   void wait_connected();
 
-  // How long the coordinator waits for members to answer its probe, and
-  // how long a member waits for the coordinator's verdict, for a set with
-  // op timeout `timeout`.
+  // For a set with op timeout `timeout`: how long the coordinator waits for
+  // members to answer its probe; how long a member waits for the
+  // coordinator's verdict once the coordinator has answered (or when the
+  // member found the failure before it had waited the op timeout); and the
+  // grace a member that has waited the op timeout gives the coordinator,
+  // first to fail the op itself, then to answer the member's report.
   static std::chrono::milliseconds census_window(std::chrono::milliseconds timeout);
   static std::chrono::milliseconds verdict_wait(std::chrono::milliseconds timeout);
+  static std::chrono::milliseconds coordinator_grace(std::chrono::milliseconds timeout);
 
  private:
   // Why the set broke, as this member first saw it.
@@ -124,6 +132,8 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
     std::vector<int> gone;      // set ranks known to be dead or hung
     bool needs_census = false;  // who is missing is unknown: ask (coordinator) or report (member)
     bool verdict = false;       // members: `reason` is the coordinator's final verdict
+    bool waited_out = false;    // members: this member waited the op timeout itself
+    bool coordinator_answered = false;  // members: the coordinator has probed this member
   };
 
   bool coordinator() const { return options_.rank == 0; }
@@ -132,7 +142,9 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   void serve();
   void step();
   void wake();
-  void inspect(Clock::time_point now);
+  void inspect(Clock::time_point now, std::chrono::milliseconds head_start = std::chrono::milliseconds{0});
+  void inspect_coordinator(Clock::time_point now);
+  bool ran_nothing_for_op_timeout(Clock::time_point now) const;
   void negotiate_local(std::vector<Request> fresh);
   void on_message(const ControlMessage& message);
   void on_member_message(int from, const std::vector<uint8_t>& bytes);
@@ -144,6 +156,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   void zero_stand_ins(std::vector<TensorEntry>& entries);
   void finish_join(const Response& response);
   void run_op(const Response& response, std::vector<TensorEntry>& entries);
+  void run_collective(const Response& response, std::vector<TensorEntry>& entries);
   const ResponseCache& cache() const { return coordinator() ? negotiator_->cache() : member_cache_; }
   void fail_everything(std::exception_ptr error);
 
@@ -174,6 +187,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   std::string conclude(SetFailure failure);
   void census(const std::string& reason, std::vector<bool>& gone);
   std::string await_verdict(SetFailure failure);
+  std::optional<std::string> receive_verdict(const SetFailure& failure, std::string& missed);
   std::string broken_message(const std::vector<int>& missing_global, const std::string& reason) const;
   std::vector<int> set_ranks_of(const std::vector<int>& global_ranks) const;
   bool send_quietly(int to, const std::vector<uint8_t>& bytes);
@@ -203,6 +217,9 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   // op of the same name meanwhile is refused (claim_name).
   std::unordered_map<std::string, std::shared_ptr<WorkRecord>> in_flight_;
   std::atomic<uint64_t> submit_count_{0};  // ops submitted here so far
+  // When this rank last started or finished running an op on the set
+  // (Clock ticks; the engine thread or a driver writes it).
+  std::atomic<Clock::rep> last_run_{0};
   size_t sweep_in_flight_at_ = 64;
   bool joined_ = false;  // a join op of this member is pending
   std::string stop_reason_;

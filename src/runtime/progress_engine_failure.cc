@@ -6,17 +6,26 @@
 // failure names nobody (a collective failed, a member reported a failure)
 // it probes every member it still reaches and waits a census window: a
 // member whose control connection closes is dead, one that neither answers
-// nor closes is hung. It then sends its verdict to every member still
-// connected. A member that finds the failure itself reports it and waits a
-// little longer than a census window for the verdict; without one it names
-// the coordinator.
+// nor closes is hung; members that reported get the probe too, as a sign
+// that a verdict is coming. It then sends its verdict to every member still
+// connected. A member that finds the failure itself reports it and waits for
+// the verdict: a little longer than a census window, or, when it has already
+// waited the op timeout, only a short grace for the coordinator to answer
+// (probe or verdict) and the longer wait after that. Without a verdict it
+// names the coordinator.
 #include <algorithm>
+#include <optional>
 
 #include "hora/errors.h"
 #include "hora/process_set.h"
 #include "runtime/progress_engine.h"
 
 namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+
+}  // namespace
 
 std::string ProgressEngine::conclude(SetFailure failure) {
   backend_->abort(failure.reason);
@@ -42,7 +51,7 @@ void ProgressEngine::census(const std::string& reason, std::vector<bool>& gone) 
   auto unaccounted = [&](int r) { return r != 0 && !gone[r] && !reported_[r] && !closed_[r]; };
   const std::vector<uint8_t> probe = encode(FailureMessage{FailureMessage::Stage::kProbe, {}, reason});
   for (int r = 1; r < size(); ++r)
-    if (unaccounted(r) && !send_quietly(r, probe)) gone[r] = true;
+    if (!gone[r] && !closed_[r] && !send_quietly(r, probe) && unaccounted(r)) gone[r] = true;
   const auto deadline = Clock::now() + census_window(options_.timeout);
   auto waiting = [&] {
     for (int r = 1; r < size(); ++r)
@@ -77,42 +86,64 @@ void ProgressEngine::census(const std::string& reason, std::vector<bool>& gone) 
 std::string ProgressEngine::await_verdict(SetFailure failure) {
   backend_->abort(failure.reason);
   if (failure.verdict) return failure.reason;
-  const std::string coordinator_name = "global rank " + std::to_string(options_.global_ranks[0]);
   const bool coordinator_known_gone = std::find(failure.gone.begin(), failure.gone.end(), 0) != failure.gone.end();
   if (!coordinator_known_gone) {
-    bool coordinator_gone =
-        !send_quietly(0, encode(FailureMessage{FailureMessage::Stage::kReport, {}, failure.reason}));
-    const auto deadline = Clock::now() + verdict_wait(options_.timeout);
-    while (!coordinator_gone && !stopping_ && Clock::now() < deadline) {
-      std::optional<ControlMessage> message;
-      try {
-        message = backend_->receive_control(deadline);
-      } catch (const std::exception&) {
-        break;
-      }
-      if (!message) continue;
-      if (message->closed) {
-        coordinator_gone = true;
-        break;
-      }
-      try {
-        if (control_kind(message->bytes) != ControlKind::kFailure) continue;
-        FailureMessage decoded = decode_failure_message(message->bytes);
-        if (decoded.stage == FailureMessage::Stage::kVerdict) return decoded.reason;
-      } catch (const Error&) {
-        // Keep waiting for a verdict that decodes.
-      }
-    }
+    std::string missed;
+    std::optional<std::string> verdict = receive_verdict(failure, missed);
+    if (verdict) return *verdict;
     failure.gone.push_back(0);
-    failure.reason += coordinator_gone ? "; then the control connection to the coordinator (" + coordinator_name + ") closed"
-                                       : "; the coordinator (" + coordinator_name + ") gave no verdict within " +
-                                             std::to_string(verdict_wait(options_.timeout).count()) + " ms";
+    failure.reason += "; " + missed;
   }
   std::vector<int> missing;
   for (int r : failure.gone) missing.push_back(options_.global_ranks[r]);
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   return broken_message(missing, failure.reason);
+}
+
+// Reports `failure` to the coordinator and returns its verdict. A member
+// that has waited the op timeout itself (and not heard from the coordinator
+// since) gives it a grace to answer; a probe (the coordinator's census is
+// under way) earns it the full verdict wait. Without a verdict, `missed`
+// says what the coordinator failed to do.
+std::optional<std::string> ProgressEngine::receive_verdict(const SetFailure& failure, std::string& missed) {
+  const std::string coordinator_name = "the coordinator (global rank " + std::to_string(options_.global_ranks[0]) + ")";
+  const std::string closed = "then the control connection to " + coordinator_name + " closed";
+  if (!send_quietly(0, encode(FailureMessage{FailureMessage::Stage::kReport, {}, failure.reason}))) {
+    missed = closed;
+    return std::nullopt;
+  }
+  bool answered = failure.coordinator_answered || !failure.waited_out;
+  milliseconds wait = answered ? verdict_wait(options_.timeout) : coordinator_grace(options_.timeout);
+  auto deadline = Clock::now() + wait;
+  while (!stopping_ && Clock::now() < deadline) {
+    std::optional<ControlMessage> message;
+    try {
+      message = backend_->receive_control(deadline);
+    } catch (const std::exception&) {
+      break;
+    }
+    if (!message) continue;
+    if (message->closed) {
+      missed = closed;
+      return std::nullopt;
+    }
+    try {
+      if (control_kind(message->bytes) != ControlKind::kFailure) continue;
+      FailureMessage decoded = decode_failure_message(message->bytes);
+      if (decoded.stage == FailureMessage::Stage::kVerdict) return decoded.reason;
+      if (decoded.stage == FailureMessage::Stage::kProbe && !answered) {
+        answered = true;
+        wait = verdict_wait(options_.timeout);
+        deadline = Clock::now() + wait;
+      }
+    } catch (const Error&) {
+      // Keep waiting for a verdict that decodes.
+    }
+  }
+  missed = coordinator_name + (answered ? " gave no verdict within " : " did not answer within ") +
+           std::to_string(wait.count()) + " ms";
+  return std::nullopt;
 }
 
 std::string ProgressEngine::broken_message(const std::vector<int>& missing_global, const std::string& reason) const {

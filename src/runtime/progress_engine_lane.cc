@@ -90,8 +90,12 @@ void ProgressEngine::update_engine_watch() {
 }
 
 // Runs one log entry with the executor role held; false when it is not
-// this thread's to run (a response: only the engine thread has them).
+// this thread's to run (a response: only the engine thread has them) or
+// the set is failing.
 bool ProgressEngine::run_lane_entry(const FastLane::Entry& entry, bool engine) {
+  // An op failed here (the other thread's collective threw): the set's
+  // verdict fails it, and nothing runs before that.
+  if (!running_.empty()) return false;
   if (entry.response) {
     if (!engine || responses_.empty()) return false;
     Response response = std::move(responses_.front());

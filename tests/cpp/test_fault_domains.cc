@@ -180,6 +180,28 @@ TEST_P(FaultDomains, OpTimeoutFailsAnOpThatAMemberNeverSubmitsOnEveryMember) {
   }, {{0, 1, 2}}, [](RuntimeConfig& c) { c.timeout = milliseconds(2000); });
 }
 
+// The same for an op the set has run before (on shared memory it is agreed
+// in the fast lane, where the coordinator starts its clock on the op up to
+// an inspection later than the members that wait): a member that gives up
+// waiting first and reports it gets the coordinator's verdict naming rank
+// 1, not a census, which rank 1 (alive, answering) would pass.
+TEST_P(FaultDomains, AMemberThatGivesUpOnARepeatedOpGetsTheCoordinatorsVerdict) {
+  std::promise<void> failed;
+  auto others_failed = failed.get_future().share();
+  std::atomic<int> failures{0};
+  run_ranks(GetParam(), 3, [&](Runtime& rt) {
+    const int32_t set = 1;
+    for (int step = 0; step < 3; ++step) EXPECT_EQ(sum_over(rt, set, 1.0f, "x"), 3.0f);
+    if (rt.rank() == 1) return others_failed.wait();
+    const auto start = Clock::now();
+    const std::string message = peer_failure(rt, set, "x");
+    EXPECT_TRUE(contains(message, "process set 1 [0, 1, 2] is broken; missing global rank(s) [1]")) << message;
+    EXPECT_TRUE(contains(message, "did not submit 'x' within 2 s (HORA_OP_TIMEOUT_SECONDS)")) << message;
+    EXPECT_LT(Clock::now() - start, rt.config().timeout + kSlack);
+    if (++failures == 2) failed.set_value();
+  }, {{0, 1, 2}}, [](RuntimeConfig& c) { c.timeout = milliseconds(2000); });
+}
+
 TEST_P(FaultDomains, StallShutdownTimeFailsTheOpNamingTheMissingRank) {
   std::promise<void> failed;
   auto rank0_failed = failed.get_future().share();

@@ -53,8 +53,10 @@ def test_tuning_flags_become_the_horovod_variables_hora_reads():
 
 
 def test_ranks_get_the_mapped_settings():
+    # OMP_NUM_THREADS chosen: horarun has nothing to note about it either.
     result = run("-np", "2", "--start-timeout", "15", "--fusion-threshold-mb", "3", "--cache-capacity", "5",
-                 "--gloo-timeout-seconds", "40", sys.executable, "-c", PRINT_ENV)
+                 "--gloo-timeout-seconds", "40", sys.executable, "-c", PRINT_ENV,
+                 env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stderr
     envs = [json.loads(line.split(":", 1)[1]) for line in sorted(result.stdout.splitlines())]
     assert [e["HORA_RANK"] for e in envs] == ["0", "1"]

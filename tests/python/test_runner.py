@@ -94,7 +94,7 @@ def test_output_lines_are_prefixed_with_the_rank():
         print(f"out two {rank}")
         print(f"err {rank}", file=sys.stderr)
         sys.stdout.write("no newline")
-    """))
+    """), env=dict(os.environ, OMP_NUM_THREADS="1"))   # nothing from horarun itself on stderr
     assert result.returncode == 0, result.stderr
     assert lines_by_rank(result.stdout) == {
         r: [f"out one {r}", f"out two {r}", "no newline"] for r in (0, 1)}
@@ -129,9 +129,48 @@ def test_rank_killed_by_a_signal_is_named():
 
 
 def test_all_ranks_succeeding_exits_zero_quietly():
-    result = horarun("-np", "3", sys.executable, "-c", "pass")
+    # (With OMP_NUM_THREADS chosen, horarun has nothing to note about it.)
+    result = horarun("-np", "3", sys.executable, "-c", "pass", env=dict(os.environ, OMP_NUM_THREADS="2"))
     assert result.returncode == 0
     assert result.stderr == ""
+
+
+PRINT_OMP_THREADS = "import os; print(os.environ.get('OMP_NUM_THREADS', 'unset'))"
+
+
+def environment_without_omp_threads(**extra):
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    env.update(extra)
+    return env
+
+
+def test_ranks_that_share_a_host_get_one_openmp_thread_and_one_note():
+    result = horarun("-np", "3", sys.executable, "-c", PRINT_OMP_THREADS, env=environment_without_omp_threads())
+    assert result.returncode == 0, result.stderr
+    assert lines_by_rank(result.stdout) == {r: ["1"] for r in range(3)}
+    assert result.stderr == rank_env.THREADS_NOTE + "\n"
+    assert "set OMP_NUM_THREADS in horarun's environment" in result.stderr
+
+
+def test_the_users_openmp_threads_are_kept_without_a_note():
+    result = horarun("-np", "2", sys.executable, "-c", PRINT_OMP_THREADS,
+                     env=environment_without_omp_threads(OMP_NUM_THREADS="3"))
+    assert result.returncode == 0, result.stderr
+    assert lines_by_rank(result.stdout) == {0: ["3"], 1: ["3"]}
+    assert result.stderr == ""
+
+
+def test_a_rank_alone_on_its_host_keeps_its_openmp_threads(tmp_path):
+    assert horarun("-np", "1", sys.executable, "-c", PRINT_OMP_THREADS,
+                   env=environment_without_omp_threads()).stdout == "[0]:unset\n"
+    # Over (fake) ssh: the two ranks on nodea get one thread, nodeb's one rank its own.
+    (tmp_path / "ssh").write_text(FAKE_SSH)
+    (tmp_path / "ssh").chmod(0o755)
+    env = environment_without_omp_threads(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    result = horarun("-np", "3", "-H", "nodea:2,nodeb:1", sys.executable, "-c", PRINT_OMP_THREADS,
+                     env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert lines_by_rank(result.stdout) == {0: ["1"], 1: ["1"], 2: ["unset"]}
 
 
 READY_THEN_WAIT_FOR_SIGTERM = """

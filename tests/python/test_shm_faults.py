@@ -1,7 +1,8 @@
 """Process sets over shared memory as fault domains, on real processes of
 one host: a member SIGKILLed in the middle of ops fails the set on its
-survivor within a second, a SIGSTOPped one once the op timeout and the
-verdict protocol have passed, each with a PeerFailureError naming it; a member that raises fails it at once.
+survivor within a second, a SIGSTOPped one (the coordinator too) within
+1.5 s past the op timeout, each with a PeerFailureError naming it; a member
+that raises fails it at once.
 After a clean exit, an exception or a SIGKILL, /dev/shm holds none of the
 job's segments, and the ranks removed them themselves as soon as the set
 was made. A segment left by a rank killed while its set was being made is
@@ -24,11 +25,10 @@ WORKERS = os.path.join(HERE, "workers")
 OP_TIMEOUT_SECONDS = 2
 # Past the op timeout, by victim: for a stopped member, the coordinator's
 # census of who is missing (a quarter of the timeout); for a stopped
-# coordinator, the member's wait for its verdict (twice the census plus
-# 0.5 s), which a member waiting in negotiation (not in a collective) pays
-# twice, plus its inspection interval (a quarter of the timeout); each plus
-# 1 s for a loaded two-core machine.
-STOP_SLACK_SECONDS = {1: 1.5, 0: 4.5}
+# coordinator, the member's grace before it reports (an eighth of the
+# timeout) and its wait for an answer (the same); each plus 1 s for a loaded
+# two-core machine.
+STOP_SLACK_SECONDS = {1: 1.5, 0: 1.5}
 
 
 def run_faults(mode, victim, tmp_path):

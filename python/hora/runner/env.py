@@ -7,8 +7,26 @@ import shlex
 # Variables of the launching environment that remote ranks also get, besides
 # every HORA_* and HOROVOD_* variable (configuration such as
 # HOROVOD_FUSION_THRESHOLD).
-FORWARDED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+FORWARDED_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS")
 FORWARDED_PREFIXES = ("HORA_", "HOROVOD_")
+
+# Ranks that share a host get one OpenMP thread each unless the user chose
+# a number (as torchrun's workers do): otherwise every rank that imports
+# numpy or torch starts a math-library thread pool as large as the host,
+# whose spinning threads delay hora's own on a busy host.
+THREADS_VARIABLE = "OMP_NUM_THREADS"
+THREADS_NOTE = (f"horarun: setting {THREADS_VARIABLE}=1 for ranks that share a host, so that their "
+                f"math libraries' threads do not compete for its cores; set {THREADS_VARIABLE} "
+                f"in horarun's environment to choose another number")
+
+
+def thread_default(placements, chosen):
+    """{"OMP_NUM_THREADS": "1"} when some host runs more than one of
+    `placements` and the user has not chosen a number (`chosen`: the
+    variables the user set), else {}."""
+    if THREADS_VARIABLE in chosen or all(p.local_size <= 1 for p in placements):
+        return {}
+    return {THREADS_VARIABLE: "1"}
 
 
 def rank_environment(placement, *, hostname, rendezvous_addr, rendezvous_port, secret,

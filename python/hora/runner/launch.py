@@ -11,6 +11,7 @@ the others run on (a failed rank breaks only the process sets that contain
 it); horarun then reports every rank's exit status and exits with the first
 failing rank's. At the end, horarun removes the shared-memory segments that
 the job recorded in its store and left on this machine (shm_leftovers.py).
+Ranks that share a host get OMP_NUM_THREADS=1 unless it is set (env.py).
 """
 
 import argparse
@@ -275,6 +276,7 @@ class Job:
         self.extra_env = dict(extra_env or {})
         self.placements = args.placements
         self.local_only = all(host_list.is_local(p.host) for p in self.placements)
+        self.thread_default = rank_env.thread_default(self.placements, {**os.environ, **self.extra_env})
         self.secret = secrets.token_hex(16)
         self.ranks = []
         self.exits = queue.Queue()
@@ -285,6 +287,8 @@ class Job:
         bind, address = rendezvous_address(self.args)
         server = RendezvousServer(bind, 0, self.secret).start()
         watchdog = _Watchdog()
+        if self.thread_default:
+            print(rank_env.THREADS_NOTE, file=sys.stderr, flush=True)
         try:
             for placement in self.placements:
                 if self.received_signal is not None:
@@ -326,6 +330,8 @@ class Job:
             placement, hostname=self._hostname(placement, rendezvous_addr),
             rendezvous_addr=rendezvous_addr, rendezvous_port=port, secret=self.secret,
             start_timeout=self.args.start_timeout)
+        if placement.local_size > 1:
+            variables.update(self.thread_default)
         variables.update(self.extra_env)
         command = self.args.command
         if host_list.is_local(placement.host):
