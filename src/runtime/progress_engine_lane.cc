@@ -36,6 +36,7 @@ void ProgressEngine::drive(const Work& work) {
   std::unique_lock<std::mutex> role(executor_);
   lane_->watch(FastLane::kDriver, true);
   auto give_up = [&] { return work.finished() || failing_.load() || stopping_.load(); };
+  bool failed = false;
   try {
     while (!give_up()) {
       std::optional<FastLane::Entry> entry = lane_->entry(next_entry_);
@@ -46,6 +47,7 @@ void ProgressEngine::drive(const Work& work) {
       if (!run_lane_entry(*entry, false)) break;
     }
   } catch (...) {
+    failed = true;
     std::lock_guard<std::mutex> lock(state_mutex_);
     if (!driver_failure_) driver_failure_ = std::current_exception();
   }
@@ -53,11 +55,6 @@ void ProgressEngine::drive(const Work& work) {
   role.unlock();
   drivers_.fetch_sub(1);
   // What is left (a response, others' ops, a failure) is the engine's.
-  bool failed;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    failed = driver_failure_ != nullptr;
-  }
   if (failed || lane_pending_.load() > 0 || lane_->entry_waiting()) backend_->wake();
 }
 
@@ -234,22 +231,20 @@ void ProgressEngine::update_diversions(const std::vector<Response>& dispatched) 
 // Ops some members submitted through the lane and others not yet: their
 // stall clocks run from when an inspection first saw them waiting.
 void ProgressEngine::inspect_lane(Clock::time_point now) {
-  std::vector<std::string> names;
-  {
-    std::lock_guard<std::mutex> lock(lane_slots_mutex_);
-    for (const Request& request : lane_requests_) names.push_back(request.name);
-  }
-  for (uint32_t slot = 0; slot < names.size(); ++slot) {
+  // The lane's slots are a prefix of the coordinator's response cache.
+  const size_t rows = std::min<size_t>(shm::kLaneRows, negotiator_->cache().size());
+  for (uint32_t slot = 0; slot < rows; ++slot) {
+    const std::string& name = negotiator_->cache().request(slot).name;
     FastLane::RowState state = lane_->row_state(slot);
     const bool waiting = !state.submitted.empty() && static_cast<int>(state.submitted.size()) < size();
     auto it = lane_waits_.find(slot);
     if (it != lane_waits_.end() && (!waiting || it->second.completions != state.completions)) {
-      inspector_->finished(names[slot]);
+      inspector_->finished(name);
       lane_waits_.erase(it);
       it = lane_waits_.end();
     }
     if (!waiting) continue;
-    if (it == lane_waits_.end()) inspector_->submitted(names[slot], now);
+    if (it == lane_waits_.end()) inspector_->submitted(name, now);
     lane_waits_[slot] = LaneWait{state.completions, std::move(state.submitted)};
   }
 }

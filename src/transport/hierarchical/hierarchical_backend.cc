@@ -3,16 +3,11 @@
 #include <cstring>
 #include <numeric>
 
+#include "control/control_channel.h"
 #include "hora/errors.h"
 
 namespace hora::hierarchical {
 namespace {
-
-std::string describe_set(const std::vector<int>& global_ranks) {
-  std::string out = "process set [";
-  for (size_t i = 0; i < global_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(global_ranks[i]);
-  return out + "]";
-}
 
 size_t sum(const std::vector<size_t>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), size_t{0}); }
 
@@ -36,7 +31,7 @@ size_t sum(const std::vector<size_t>& sizes) { return std::accumulate(sizes.begi
 HierarchicalBackend::HierarchicalBackend(std::vector<int> global_ranks, int rank, HostLayout layout, Parts parts)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(describe_set(global_ranks_)),
+      set_name_(control::describe_set(global_ranks_)),
       layout_(std::move(layout)),
       host_(layout_.host_of.at(rank_)),
       parts_(std::move(parts)) {

@@ -3,16 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "control/control_channel.h"
 #include "hora/errors.h"
 
 namespace hora::shm {
 namespace {
-
-std::string describe_set(const std::vector<int>& global_ranks) {
-  std::string out = "process set [";
-  for (size_t i = 0; i < global_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(global_ranks[i]);
-  return out + "]";
-}
 
 template <typename T>
 std::atomic_ref<T> shared(const Segment& segment, uint64_t offset) {
@@ -25,7 +20,7 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
                        ShmTuning tuning)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(describe_set(global_ranks_)),
+      set_name_(control::describe_set(global_ranks_)),
       segment_(std::move(segment)),
       timeout_(timeout),
       tuning_(tuning),

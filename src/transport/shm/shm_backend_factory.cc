@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "control/control_channel.h"
 #include "hora/errors.h"
 #include "store/cancellable_wait.h"
 #include "transport/backend.h"
@@ -33,12 +34,6 @@ constexpr char kReadyKey[] = "shm/ready";      // "ok <name> <bytes>" once made,
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
-
-std::string describe_set(const std::vector<int>& global_ranks) {
-  std::string out = "process set [";
-  for (size_t i = 0; i < global_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(global_ranks[i]);
-  return out + "]";
-}
 
 int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
   if (global_ranks.empty() || !std::is_sorted(global_ranks.begin(), global_ranks.end()) ||
@@ -106,7 +101,7 @@ class ShmBackendFactory final : public BackendFactory {
   std::string get(Store& store, const std::string& key, milliseconds timeout, const std::atomic<bool>& cancelled,
                   const std::vector<int>& global_ranks) const {
     return text_of(get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll,
-                                        describe_set(global_ranks) + ": connecting shared memory"));
+                                        control::describe_set(global_ranks) + ": connecting shared memory"));
   }
 
   // Every member publishes its host identity and reads everyone's, by set
@@ -165,7 +160,7 @@ class ShmBackendFactory final : public BackendFactory {
   // path, announced by one warning from set rank 0.
   std::optional<Segment> attach(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
                                 const std::atomic<bool>& cancelled) const {
-    const std::string set_name = describe_set(global_ranks);
+    const std::string set_name = control::describe_set(global_ranks);
     const auto ranks = static_cast<uint32_t>(global_ranks.size());
     Segment segment;
     NameGuard guard;
