@@ -1,6 +1,34 @@
 #include "hora/work.h"
 
+#include "hora/errors.h"
+
 namespace hora {
+namespace {
+
+// Throws a copy of `error` that belongs to the calling thread. The engine
+// thread may drop the last reference to the Work, and with it the stored
+// exception, while a caller still handles what wait() threw; sharing one
+// exception object between them would leave its lifetime to the C++
+// runtime's own reference count.
+[[noreturn]] void throw_copy(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(e.what());
+  } catch (const Mismatch& e) {
+    throw Mismatch(e.what());
+  } catch (const Timeout& e) {
+    throw Timeout(e.what());
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(e.what());
+  } catch (const Internal& e) {
+    throw Internal(e.what());
+  } catch (const Error& e) {
+    throw Error(e.what());
+  }
+}
+
+}  // namespace
 
 bool Work::ready() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -18,7 +46,7 @@ void Work::wait() const {
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_; });
   if (record_) record_->observed = true;
-  if (error_) std::rethrow_exception(error_);
+  if (error_) throw_copy(error_);
 }
 
 void Work::finish_locked() {
