@@ -201,8 +201,9 @@ std::vector<PendingOp> Negotiator::pending() const {
   std::vector<PendingOp> out;
   for (const auto& [name, entry] : table_) {
     if (entry.queued) continue;
-    PendingOp op{name, {}, {}};
+    PendingOp op{name, {}, {}, {}};
     for (int r = 0; r < size(); ++r) {
+      if (entry.seen[r] && op.description.empty()) op.description = entry.by_rank[r].describe();
       if (entry.seen[r]) op.submitted.push_back(options_.global_ranks[r]);
       else if (!joined_[r]) op.missing.push_back(options_.global_ranks[r]);
     }

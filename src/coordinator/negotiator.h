@@ -43,6 +43,7 @@ struct PendingOp {
   std::string name;
   std::vector<int> submitted;  // global ranks
   std::vector<int> missing;    // global ranks
+  std::string description;     // Request::describe() of the first submitter's request
 };
 
 class Negotiator {

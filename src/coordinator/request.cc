@@ -21,6 +21,14 @@ int64_t Request::num_elements() const {
   return n;
 }
 
+std::string Request::describe() const {
+  std::string out = std::string(op_type_name(op)) + " '" + name + "'";
+  if (op == OpType::kBarrier || op == OpType::kJoin) return out;
+  out += " (" + std::string(dtype_name(dtype)) + " [";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "])";
+}
+
 size_t Request::byte_size() const {
   return static_cast<size_t>(num_elements()) * dtype_size(dtype);
 }

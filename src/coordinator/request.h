@@ -25,6 +25,9 @@ struct Request {
 
   int64_t num_elements() const;
   size_t byte_size() const;
+  // "allreduce 'loss' (float32 [4])": the op as stall and divergence
+  // reports name it.
+  std::string describe() const;
   bool operator==(const Request&) const = default;
 };
 

@@ -6,9 +6,14 @@
 // waiting longer than the stall warning time, naming the tensors and the
 // ranks that have not submitted them; repeated once per warning period
 // while they wait) and whether the set must fail (an op waiting longer than
-// the stall shutdown time or the op timeout, whichever is shorter). It
-// reads the clock only through its arguments: no threads, no I/O. One
-// engine thread calls it.
+// the stall shutdown time or the op timeout, whichever is shorter).
+//
+// Members that wait on different ops have diverged: every rank an op waits
+// for is itself waiting on another op, so none can proceed. That is said
+// as such, naming each rank's op, and warned about sooner (the divergence
+// time) once two inspections in a row have seen it; a rank waiting on
+// another op is never called missing. It reads the clock only through its
+// arguments: no threads, no I/O. One engine thread calls it.
 #pragma once
 
 #include <chrono>
@@ -27,10 +32,14 @@ struct StallOptions {
   std::chrono::milliseconds warning_time{60'000};  // HOROVOD_STALL_CHECK_TIME_SECONDS; 0: never warn
   std::chrono::milliseconds shutdown_time{0};      // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never
   std::chrono::milliseconds op_timeout{600'000};   // HORA_OP_TIMEOUT_SECONDS; 0: never
+  // Diverged members are warned about after this, or after the warning
+  // time if that is shorter (no warning when warnings are off).
+  std::chrono::milliseconds divergence_time{10'000};
 };
 
 // Why a stalled set fails: the global ranks that did not submit the
-// expired ops, and a sentence naming the ops and the limit.
+// expired ops and wait on nothing else (none when the members diverged),
+// and a sentence naming the ops, what each rank waits on, and the limit.
 struct StallFailure {
   std::vector<int> missing;
   std::string reason;
@@ -68,8 +77,12 @@ class StallInspector {
   };
   std::vector<Waiting> older_than(std::chrono::milliseconds age, Clock::time_point now,
                                   const std::vector<PendingOp>& pending) const;
-  std::string warning(const std::vector<Waiting>& stalled) const;
-  StallFailure failure(const std::vector<Waiting>& expired, bool by_shutdown_time) const;
+  std::string warning(const std::vector<Waiting>& stalled, const std::vector<PendingOp>& pending) const;
+  std::string divergence_warning(const std::vector<PendingOp>& pending, std::chrono::milliseconds age) const;
+  StallFailure failure(const std::vector<Waiting>& expired, const std::vector<PendingOp>& pending,
+                       bool by_shutdown_time) const;
+  // The divergence time as the warning time bounds it (zero: off).
+  std::chrono::milliseconds divergence_warning_time() const;
   // The shorter of the shutdown time and the op timeout (zero: neither).
   std::chrono::milliseconds failure_time() const;
 
@@ -78,6 +91,7 @@ class StallInspector {
   const StallOptions options_;
   std::unordered_map<std::string, Clock::time_point> first_seen_;
   std::optional<Clock::time_point> last_warning_;
+  std::optional<Clock::time_point> diverged_since_;  // the first inspection of an unbroken run that saw it
 };
 
 }  // namespace hora

@@ -254,6 +254,7 @@ std::vector<PendingOp> ProgressEngine::lane_pending() const {
   for (const auto& [slot, wait] : lane_waits_) {
     PendingOp op;
     op.name = negotiator_->cache().request(slot).name;
+    op.description = negotiator_->cache().request(slot).describe();
     std::vector<bool> submitted(size(), false);
     for (int r : wait.submitted) submitted[r] = true;
     for (int r = 0; r < size(); ++r)

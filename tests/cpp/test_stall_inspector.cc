@@ -37,8 +37,9 @@ class StallInspectorTest : public ::testing::Test {
 TEST_F(StallInspectorTest, WarnsOnceTheWarningTimePassesNamingTensorAndMissingRank) {
   StallInspector inspector = make({milliseconds(1000), milliseconds(0), milliseconds(0)});
   inspector.submitted("grad", at(0));
+  EXPECT_TRUE(inspector.inspect(at(700), pending()).warning.empty());
+  EXPECT_EQ(pending_calls_, 0);  // nothing near a limit: the negotiator is not asked
   EXPECT_TRUE(inspector.inspect(at(999), pending()).warning.empty());
-  EXPECT_EQ(pending_calls_, 0);  // nothing old enough: the negotiator is not asked
   StallReport report = inspector.inspect(at(1000), pending());
   EXPECT_FALSE(report.failure);
   EXPECT_TRUE(contains(report.warning, "process set 3 [2, 5, 9]")) << report.warning;
@@ -76,7 +77,7 @@ TEST_F(StallInspectorTest, GroupsOpsByTheRankThatHasNotSubmittedThem) {
   EXPECT_TRUE(contains(warning, "2 op(s)")) << warning;
   EXPECT_TRUE(contains(warning, "global rank 5 has not submitted 'a', 'b'")) << warning;
   const std::string last_line = warning.substr(warning.rfind('\n') + 1);
-  EXPECT_EQ(last_line, "  global rank 9 has not submitted 'a'") << warning;
+  EXPECT_EQ(last_line, "  global rank 9 has not submitted 'a'; it waits on 'b'") << warning;
   EXPECT_FALSE(contains(warning, "young")) << warning;
 }
 
@@ -100,9 +101,101 @@ TEST_F(StallInspectorTest, OpTimeoutFailsTheSetWhenShorterThanTheShutdownTime) {
   inspector.submitted("b", at(10));
   StallReport report = inspector.inspect(at(3010), pending());
   ASSERT_TRUE(report.failure);
-  EXPECT_EQ(report.failure->missing, (std::vector<int>{5, 9}));
+  EXPECT_EQ(report.failure->missing, (std::vector<int>{9}));
   EXPECT_TRUE(contains(report.failure->reason, "HORA_OP_TIMEOUT_SECONDS")) << report.failure->reason;
-  EXPECT_TRUE(contains(report.failure->reason, "'a', 'b'")) << report.failure->reason;
+  EXPECT_TRUE(contains(report.failure->reason, "global rank(s) [9] did not submit 'a', 'b'")) << report.failure->reason;
+}
+
+// Rank 5 has not submitted 'a' but is alive, waiting on 'b': it is named
+// with what it waits on and not counted as missing.
+TEST_F(StallInspectorTest, ARankWaitingOnAnotherOpIsNotMissing) {
+  pending_ = {{"a", {2, 9}, {5}, "allreduce 'a' (float32 [4])"}, {"b", {5}, {2, 9}, "broadcast 'b' (int64 [])"},
+              {"c", {2}, {5, 9}, "allreduce 'c' (float32 [1])"}};
+  StallInspector inspector = make({milliseconds(60'000), milliseconds(0), milliseconds(3000)});
+  inspector.submitted("a", at(0));
+  inspector.submitted("b", at(0));
+  inspector.submitted("c", at(0));
+  StallReport report = inspector.inspect(at(3000), pending());
+  ASSERT_TRUE(report.failure);
+  const std::string& reason = report.failure->reason;
+  EXPECT_TRUE(report.failure->missing.empty()) << reason;
+  EXPECT_TRUE(contains(reason, "the ranks diverged")) << reason;
+  EXPECT_TRUE(contains(reason, "global rank 5 waits on broadcast 'b' (int64 [])")) << reason;
+  EXPECT_TRUE(contains(reason, "global rank 2 waits on allreduce 'a' (float32 [4]), allreduce 'c' (float32 [1])"))
+      << reason;
+  EXPECT_FALSE(contains(reason, "missing")) << reason;
+}
+
+// Two ranks, each in a differently named op: diverged, warned about after
+// the divergence time although the warning time is a minute.
+class DivergenceTest : public StallInspectorTest {
+ protected:
+  DivergenceTest() {
+    pending_ = {{"loss", {2, 9}, {5}, "allreduce 'loss' (float32 [4])"},
+                {"Loss", {5}, {2, 9}, "allreduce 'Loss' (float32 [4])"}};
+  }
+  StallOptions options_{milliseconds(60'000), milliseconds(0), milliseconds(600'000), milliseconds(10'000)};
+};
+
+TEST_F(DivergenceTest, IsWarnedAboutAfterTheDivergenceTimeNamingEachRanksOp) {
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  for (int t = 0; t < 10'000; t += 1000) EXPECT_TRUE(inspector.inspect(at(t), pending()).warning.empty()) << t;
+  const std::string warning = inspector.inspect(at(10'000), pending()).warning;
+  EXPECT_TRUE(contains(warning, "process set 3 [2, 5, 9]: the ranks diverged")) << warning;
+  EXPECT_TRUE(contains(warning, "\n  global rank 2 waits on allreduce 'loss' (float32 [4])")) << warning;
+  EXPECT_TRUE(contains(warning, "\n  global rank 5 waits on allreduce 'Loss' (float32 [4])")) << warning;
+  EXPECT_TRUE(contains(warning, "\n  global rank 9 waits on allreduce 'loss' (float32 [4])")) << warning;
+  EXPECT_FALSE(contains(warning, "has not submitted")) << warning;
+  // Repeated once per warning period, like any stall warning.
+  EXPECT_TRUE(inspector.inspect(at(11'000), pending()).warning.empty());
+  EXPECT_FALSE(inspector.inspect(at(70'000), pending()).warning.empty());
+}
+
+TEST_F(DivergenceTest, NeedsTwoInspectionsInARowToAgree) {
+  // The ranks only just diverged (a rank that was computing submitted its
+  // op a moment ago): no warning until a later inspection sees it too.
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  pending_ = {{"loss", {2, 9}, {5}, "allreduce 'loss' (float32 [4])"}};
+  EXPECT_TRUE(inspector.inspect(at(9500), pending()).warning.empty());
+  inspector.submitted("Loss", at(10'400));
+  pending_.push_back({"Loss", {5}, {2, 9}, "allreduce 'Loss' (float32 [4])"});
+  EXPECT_TRUE(inspector.inspect(at(10'500), pending()).warning.empty());
+  EXPECT_TRUE(contains(inspector.inspect(at(11'500), pending()).warning, "diverged"));
+}
+
+TEST_F(DivergenceTest, TheWarningTimeBoundsIt) {
+  options_.warning_time = milliseconds(2000);
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  EXPECT_EQ(inspector.inspection_interval(), milliseconds(500));
+  EXPECT_TRUE(inspector.inspect(at(1500), pending()).warning.empty());
+  EXPECT_TRUE(contains(inspector.inspect(at(2000), pending()).warning, "diverged"));
+}
+
+TEST_F(DivergenceTest, NothingWhenWarningsAreOff) {
+  options_.warning_time = milliseconds(0);
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  EXPECT_TRUE(inspector.inspect(at(100'000), pending()).warning.empty());
+}
+
+TEST_F(DivergenceTest, FailsAtTheOpTimeoutAsDivergenceWithNobodyMissing) {
+  options_.op_timeout = milliseconds(20'000);
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  StallReport report = inspector.inspect(at(20'000), pending());
+  ASSERT_TRUE(report.failure);
+  EXPECT_TRUE(report.failure->missing.empty());
+  EXPECT_TRUE(contains(report.failure->reason, "the ranks diverged")) << report.failure->reason;
+  EXPECT_TRUE(contains(report.failure->reason, "within 20 s (HORA_OP_TIMEOUT_SECONDS)")) << report.failure->reason;
+  EXPECT_TRUE(contains(report.failure->reason, "global rank 5 waits on allreduce 'Loss' (float32 [4])"))
+      << report.failure->reason;
 }
 
 TEST_F(StallInspectorTest, EverythingOffMeansNoInspections) {
