@@ -1,15 +1,22 @@
 #include "hora/runtime.h"
 
+#include <algorithm>
+
 #include "hora/errors.h"
 #include "process_set/membership.h"
 #include "process_set/process_set_table.h"
 #include "runtime/op_validation.h"
 #include "runtime/progress_engine.h"
+#include "runtime/set_presence.h"
 #include "transport/backend.h"
 #include "transport/registry.h"
 
 namespace hora {
 namespace {
+
+// How long members wait for each other before the first warning that one
+// has not arrived (bounded by the stall warning time; none when that is off).
+constexpr std::chrono::milliseconds kAbsenceWarningTime{30'000};
 
 ProcessSet make_set(int32_t id, std::vector<int> ranks, int my_rank) {
   ProcessSet set{id, std::move(ranks), -1};
@@ -58,8 +65,12 @@ void Runtime::create_set(const ProcessSet& set) {
   auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
   auto set_store = make_prefix_store("process_set." + std::to_string(set.id), store_);
   BackendFactory* factory = factory_.get();
-  auto connect = [factory, set, set_store, timeout, my_rank = config_.rank](const std::atomic<bool>& cancelled) {
-    return factory->create(set.ranks, my_rank, set_store, timeout, cancelled);
+  PresenceOptions presence{timeout, std::chrono::milliseconds{0}};
+  if (config_.stall_warning_time.count() > 0) presence.warning_time = std::min(kAbsenceWarningTime, config_.stall_warning_time);
+  auto connect = [factory, set, set_store, job_store = store_, presence,
+                  my_rank = config_.rank](const std::atomic<bool>& cancelled) {
+    await_members(*set_store, *job_store, set, presence, cancelled);
+    return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
                         config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time};
