@@ -1,6 +1,7 @@
 // The hora._core extension: the one Runtime of this process, ops, Work
 // handles and the error types. No logic beyond argument conversion.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -32,6 +33,24 @@ Runtime& current() {
 }
 
 nb::tuple set_tuple(const ProcessSet& set) { return nb::make_tuple(set.id, set.ranks, set.rank); }
+
+nb::dict metrics_dict(const SetMetrics& m) {
+  nb::dict out;
+  out["ops"] = m.ops;
+  out["bytes"] = m.bytes;
+  out["negotiation_seconds"] = m.negotiation_seconds;
+  out["transport_seconds"] = m.transport_seconds;
+  out["wait_for_slowest_seconds"] = m.wait_for_slowest_seconds;
+  out["slowest_member"] = m.slowest_member;
+  out["cache_lookups"] = m.cache_lookups;
+  out["cache_hits"] = m.cache_hits;
+  out["responses"] = m.responses;
+  out["tensors"] = m.tensors;
+  out["errors"] = m.errors;
+  out["stalls"] = m.stalls;
+  out["broken"] = m.broken;
+  return out;
+}
 
 // `mpi_communicator` (a Fortran handle) or `mpi_world_ranks`: init(comm=...).
 void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64_t> mpi_communicator,
@@ -197,6 +216,21 @@ NB_MODULE(_core, m) {
     for (const ProcessSet& set : current().process_sets()) ids.push_back(set.id);
     return ids;
   });
+  m.def("metrics", [](int32_t id) { return metrics_dict(current().metrics(id)); }, "set_id"_a);
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        Runtime& rt = current();
+        nb::gil_scoped_release release;
+        rt.start_timeline(path, mark_cycles);
+      },
+      "path"_a, "mark_cycles"_a = false);
+  m.def("stop_timeline", [] {
+    Runtime& rt = current();
+    nb::gil_scoped_release release;
+    rt.stop_timeline();
+  });
+  m.def("timeline_file", &Runtime::timeline_file, "path"_a, "rank"_a);
   m.def("enqueue", &enqueue, "set_id"_a, "op"_a, "name"_a, "input"_a, "output"_a.none(), "reduce_op"_a,
         "root"_a, "prescale"_a, "postscale"_a, "splits"_a, "caller_waits"_a = false);
 }

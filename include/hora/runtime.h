@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "hora/metrics.h"
 #include "hora/process_set.h"
 #include "hora/runtime_config.h"
 #include "hora/store.h"
@@ -26,6 +27,9 @@ namespace hora {
 class BackendFactory;
 class ProgressEngine;
 struct JobTransport;
+namespace telemetry {
+class Timeline;
+}
 
 // One op as a front end submits it.
 struct OpArgs {
@@ -83,7 +87,22 @@ class Runtime {
   // nothing else to the set (InvalidArgument).
   std::shared_ptr<Work> enqueue(int32_t id, OpArgs args);
 
-  // Stops every set; later calls throw InvalidArgument. Idempotent.
+  // The counters of set `id` on this rank; InvalidArgument for a set this
+  // rank is not a member of.
+  SetMetrics metrics(int32_t id) const;
+
+  // Records the timeline of the sets this rank coordinates (it is the
+  // lowest member of) into timeline_file(path, rank()) until
+  // stop_timeline(); a running timeline is stopped first. InvalidArgument
+  // when the file cannot be created.
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
+  // Rank 0 writes `path` itself, rank r "<stem>.rank<r><ext>" ("t.json":
+  // "t.rank2.json"; no extension: "t.rank2").
+  static std::string timeline_file(const std::string& path, int rank);
+
+  // Stops every set and the timeline; later calls throw InvalidArgument.
+  // Idempotent.
   void shutdown();
 
  private:
@@ -94,6 +113,7 @@ class Runtime {
   RuntimeConfig config_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<BackendFactory> factory_;
+  std::shared_ptr<telemetry::Timeline> timeline_;
   int32_t first_dynamic_id_ = 1;
   mutable std::mutex mutex_;
   bool shut_down_ = false;

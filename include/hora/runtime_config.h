@@ -44,6 +44,10 @@ struct RuntimeConfig {
   // Added to this process's host identity (HORA_HOST_IDENTITY): ranks that
   // claim different ones never share memory (tests simulate hosts with it).
   std::string host_identity;
+  // HOROVOD_TIMELINE (HORA_TIMELINE): start the timeline at init into this
+  // file; HOROVOD_TIMELINE_MARK_CYCLES: mark each batch of work.
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
 
   // The transport: "gloo" or "mpi"; empty picks MPI when an MPI launcher
   // started the process (or a communicator is given), else Gloo. Once the

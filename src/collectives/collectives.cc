@@ -51,7 +51,7 @@ std::byte* FusionBuffer::reserve(size_t bytes) {
 }
 
 void allreduce(Backend& backend, const std::vector<AllreducePart>& parts, const AllreduceOptions& options,
-               FusionBuffer& fusion) {
+               FusionBuffer& fusion, FusionTimes* times) {
   std::vector<size_t> counts;
   size_t total = 0;
   for (const AllreducePart& part : parts) {
@@ -75,7 +75,9 @@ void allreduce(Backend& backend, const std::vector<AllreducePart>& parts, const 
     std::memcpy(packed + offset, part.input.data, part.input.byte_size());
     offset += part.input.byte_size();
   }
+  if (times) times->packed = std::chrono::steady_clock::now();
   reduce_in_place(backend, packed, counts, options, packed + packed_bytes);
+  if (times) times->reduced = std::chrono::steady_clock::now();
   offset = 0;
   for (const AllreducePart& part : parts) {
     std::memcpy(part.output.data, packed + offset, part.input.byte_size());

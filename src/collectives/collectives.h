@@ -4,6 +4,7 @@
 // fusion buffer are handled here, so a Backend only moves and reduces bytes.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -36,10 +37,17 @@ struct AllreducePart {
   TensorView output;
 };
 
+// When a fused allreduce finished copying its inputs into the fusion
+// buffer and finished reducing it (left unset for a single tensor).
+struct FusionTimes {
+  std::chrono::steady_clock::time_point packed{};
+  std::chrono::steady_clock::time_point reduced{};
+};
+
 // Reduces every part across the set; several parts travel fused in one
 // buffer.
 void allreduce(Backend& backend, const std::vector<AllreducePart>& parts, const AllreduceOptions& options,
-               FusionBuffer& fusion);
+               FusionBuffer& fusion, FusionTimes* times = nullptr);
 
 // Concatenates every member's input along the first dimension into an output
 // the Work owns. first_dims[i] is member i's first dimension.

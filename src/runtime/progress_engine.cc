@@ -17,7 +17,9 @@ constexpr milliseconds kLongestSleep{1000};
 }  // namespace
 
 ProgressEngine::ProgressEngine(EngineOptions options, Connect connect)
-    : options_(std::move(options)), member_cache_(options_.cache_capacity) {
+    : options_(std::move(options)),
+      telemetry_(options_.process_set_id, options_.global_ranks, options_.rank, options_.timeline),
+      member_cache_(options_.cache_capacity) {
   if (coordinator()) {
     negotiator_.emplace(NegotiatorOptions{options_.process_set_id, options_.global_ranks,
                                           options_.fusion_threshold, options_.cache_capacity});
@@ -74,8 +76,12 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
     queue_.push(std::move(entry), !entry.lane);
     joined_ = join;
   }
-  if (slot >= 0) lane_submit(static_cast<uint32_t>(slot), caller_waits);
-  else wake();
+  if (slot >= 0) {
+    telemetry_.cache_lookup(true);
+    lane_submit(static_cast<uint32_t>(slot), caller_waits);
+  } else {
+    wake();
+  }
   return work;
 }
 
@@ -155,6 +161,7 @@ void ProgressEngine::run(const Connect& connect) {
       std::lock_guard<std::mutex> lock(state_mutex_);
       backend_ = std::move(backend);
       lane_ = backend_->fast_lane();
+      telemetry_.connected(lane_ ? "shm" : options_.transport);
       connected_ = true;
       if (stopping_) backend_->abort(stop_reason_);
     }
@@ -173,6 +180,7 @@ void ProgressEngine::run(const Connect& connect) {
   serve();
   if (stopping_ || !failure_) return;  // stop() fails what is left
   const std::string message = coordinator() ? conclude(std::move(*failure_)) : await_verdict(std::move(*failure_));
+  telemetry_.broken(message);
   fail_everything(std::make_exception_ptr(PeerFailure(message)));
 }
 
@@ -222,7 +230,10 @@ void ProgressEngine::inspect(Clock::time_point now, milliseconds head_start) {
     for (PendingOp& op : lane_pending()) pending.push_back(std::move(op));
     return pending;
   });
-  if (!report.warning.empty()) log_warning(report.warning);
+  if (!report.warning.empty()) {
+    log_warning(report.warning);
+    telemetry_.stall(report.warning);
+  }
   if (report.failure) failure_ = SetFailure{report.failure->reason, set_ranks_of(report.failure->missing), false, false};
 }
 
@@ -263,8 +274,11 @@ void ProgressEngine::negotiate_local(std::vector<Request> fresh) {
   MemberMessage message;
   const auto now = Clock::now();
   for (Request& request : fresh) {
-    int32_t slot = ResponseCache::cacheable(request.op) ? cache().lookup(request) : -1;
+    const bool cacheable = ResponseCache::cacheable(request.op);
+    int32_t slot = cacheable ? cache().lookup(request) : -1;
+    if (cacheable) telemetry_.cache_lookup(slot >= 0);
     if (coordinator()) {
+      telemetry_.submitted(request.name, request.op, 0, now);
       if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
       if (slot >= 0) {
         negotiator_->submit_cached(0, static_cast<uint32_t>(slot));
@@ -307,9 +321,12 @@ void ProgressEngine::on_member_message(int from, const std::vector<uint8_t>& byt
   const auto now = Clock::now();
   for (uint32_t slot : decoded.cached_slots) {
     negotiator_->submit_cached(from, slot);
-    inspector_->submitted(negotiator_->cache().request(slot).name, now);
+    const Request& cached = negotiator_->cache().request(slot);
+    inspector_->submitted(cached.name, now);
+    telemetry_.submitted(cached.name, cached.op, from, now);
   }
   for (Request& request : decoded.requests) {
+    telemetry_.submitted(request.name, request.op, from, now);
     if (request.op != OpType::kJoin) inspector_->submitted(request.name, now);
     if (lane_) divert_for(request);
     negotiator_->submit(from, std::move(request));
@@ -355,6 +372,7 @@ void ProgressEngine::on_failure_message(int from, const FailureMessage& message)
 
 void ProgressEngine::dispatch_ready() {
   std::vector<Response> ready = negotiator_->ready();
+  note_agreed(ready);
   if (lane_) return dispatch_through_lane(std::move(ready));
   if (ready.empty()) return;
   for (const Response& response : ready)
@@ -362,6 +380,20 @@ void ProgressEngine::dispatch_ready() {
   std::vector<uint8_t> bytes = encode(CoordinatorMessage{ready});
   for (int member = 1; member < backend_->size(); ++member) backend_->send_control(member, bytes);
   for (Response& response : ready) execute(std::move(response));
+}
+
+// Coordinator: `ready` left negotiation (telemetry).
+void ProgressEngine::note_agreed(const std::vector<Response>& ready) {
+  if (ready.empty()) return;
+  telemetry_.cycle();
+  const auto now = Clock::now();
+  for (const Response& response : ready)
+    for (size_t i = 0; i < response.names.size(); ++i) {
+      const bool by_slot = i < response.slots.size() && response.slots[i] >= 0;
+      const std::string& name =
+          by_slot ? negotiator_->cache().request(static_cast<uint32_t>(response.slots[i])).name : response.names[i];
+      telemetry_.agreed(name, response.names.size() > 1, now);
+    }
 }
 
 // Runs one agreed op. If it throws, its entries stay in running_ and fail
@@ -377,6 +409,7 @@ void ProgressEngine::execute(Response response) {
     else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
   }
   if (!response.error.empty()) {
+    telemetry_.failed(response.op, response.names, response.error);
     for (TensorEntry& entry : running_) {
       if (entry.lane) lane_pending_.fetch_sub(1);
       entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
@@ -457,19 +490,30 @@ void ProgressEngine::finish_join(const Response& response) {
 
 // Any executor (the engine thread or a driver); notes when this rank ran.
 void ProgressEngine::run_op(const Response& response, std::vector<TensorEntry>& entries) {
-  last_run_.store(Clock::now().time_since_epoch().count());
-  run_collective(response, entries);
-  last_run_.store(Clock::now().time_since_epoch().count());
+  telemetry::OpTimes times;
+  times.start = Clock::now();
+  last_run_.store(times.start.time_since_epoch().count());
+  run_collective(response, entries, times);
+  times.end = Clock::now();
+  last_run_.store(times.end.time_since_epoch().count());
+  std::vector<telemetry::RunTensor> tensors;
+  tensors.reserve(entries.size());
+  for (const TensorEntry& entry : entries) tensors.push_back({&entry.request, entry.submitted, !entry.stand_in, entry.lane});
+  telemetry_.executed(response.op, tensors, times);
 }
 
-void ProgressEngine::run_collective(const Response& response, std::vector<TensorEntry>& entries) {
+void ProgressEngine::run_collective(const Response& response, std::vector<TensorEntry>& entries,
+                                    telemetry::OpTimes& times) {
   const Request& head = entries.front().request;
   AllreduceOptions options{head.dtype, head.reduce_op, head.prescale, head.postscale};
   switch (response.op) {
     case OpType::kAllreduce: {
       std::vector<AllreducePart> parts;
       for (TensorEntry& entry : entries) parts.push_back({entry.input, entry.output});
-      allreduce(*backend_, parts, options, fusion_);
+      FusionTimes fusion_times;
+      allreduce(*backend_, parts, options, fusion_, &fusion_times);
+      times.packed = fusion_times.packed;
+      times.transported = fusion_times.reduced;
       return;
     }
     case OpType::kAllgather:

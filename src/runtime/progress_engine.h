@@ -71,6 +71,7 @@
 #include "coordinator/stall_inspector.h"
 #include "coordinator/tensor_queue.h"
 #include "coordinator/wire.h"
+#include "telemetry/set_telemetry.h"
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
 
@@ -85,6 +86,8 @@ struct EngineOptions {
   std::chrono::milliseconds timeout{600'000};            // op timeout; 0: none
   std::chrono::milliseconds stall_warning_time{60'000};  // 0: no stall warnings
   std::chrono::milliseconds stall_shutdown_time{0};      // 0: stalls never fail the set
+  std::string transport = "local";                       // names the transport's timeline phases
+  std::shared_ptr<telemetry::Timeline> timeline;         // null: none
 };
 
 class ProgressEngine final : public WorkDriver, public std::enable_shared_from_this<ProgressEngine> {
@@ -114,6 +117,8 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   void stop(const std::string& reason);
   // Blocks until the set is connected; rethrows a connection failure.
   void wait_connected();
+  // The set's counters on this rank (any thread).
+  telemetry::SetMetrics metrics() const { return telemetry_.metrics(); }
 
   // For a set with op timeout `timeout`: how long the coordinator waits for
   // members to answer its probe; how long a member waits for the
@@ -156,7 +161,8 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   void zero_stand_ins(std::vector<TensorEntry>& entries);
   void finish_join(const Response& response);
   void run_op(const Response& response, std::vector<TensorEntry>& entries);
-  void run_collective(const Response& response, std::vector<TensorEntry>& entries);
+  void run_collective(const Response& response, std::vector<TensorEntry>& entries, telemetry::OpTimes& times);
+  void note_agreed(const std::vector<Response>& ready);
   const ResponseCache& cache() const { return coordinator() ? negotiator_->cache() : member_cache_; }
   void fail_everything(std::exception_ptr error);
 
@@ -193,6 +199,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   bool send_quietly(int to, const std::vector<uint8_t>& bytes);
 
   EngineOptions options_;
+  telemetry::SetTelemetry telemetry_;
   std::unique_ptr<Backend> backend_;
   TensorQueue queue_;
   std::optional<Negotiator> negotiator_;  // set rank 0 only

@@ -175,8 +175,12 @@ void ProgressEngine::divert(uint32_t slot) {
   const std::vector<int> members = lane_->divert(slot);
   if (members.empty()) return;
   const auto now = Clock::now();
-  inspector_->submitted(negotiator_->cache().request(slot).name, now);
-  for (int member : members) negotiator_->submit_cached(member, slot);
+  const Request& cached = negotiator_->cache().request(slot);
+  inspector_->submitted(cached.name, now);
+  for (int member : members) {
+    negotiator_->submit_cached(member, slot);
+    telemetry_.submitted(cached.name, cached.op, member, now);
+  }
 }
 
 void ProgressEngine::divert_all() {

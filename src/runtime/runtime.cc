@@ -8,6 +8,7 @@
 #include "runtime/op_validation.h"
 #include "runtime/progress_engine.h"
 #include "runtime/set_presence.h"
+#include "telemetry/timeline.h"
 #include "transport/backend.h"
 #include "transport/registry.h"
 
@@ -39,7 +40,9 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
       store_(config_.epoch == 0 ? std::move(store)
                                 : make_prefix_store("epoch." + std::to_string(config_.epoch), std::move(store))),
       factory_(std::move(factory)),
+      timeline_(std::make_shared<telemetry::Timeline>()),
       table_(std::make_unique<ProcessSetTable>()) {
+  if (!config_.timeline_path.empty()) start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
   std::vector<ProcessSet> sets;
   std::vector<int> world(config_.size);
   for (int r = 0; r < config_.size; ++r) world[r] = r;
@@ -73,7 +76,8 @@ void Runtime::create_set(const ProcessSet& set) {
     return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
-                        config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time};
+                        config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time,
+                        factory_->name(), timeline_};
   auto engine = std::make_shared<ProgressEngine>(std::move(options), connect);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);
@@ -169,6 +173,39 @@ void Runtime::shutdown() {
     engines.swap(engines_);
   }
   for (auto& [id, engine] : engines) engine->stop("hora has been shut down");
+  timeline_->stop();
+}
+
+SetMetrics Runtime::metrics(int32_t id) const {
+  std::shared_ptr<ProgressEngine> set_engine;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = engines_.find(id);
+    if (it != engines_.end()) set_engine = it->second;
+  }
+  if (!set_engine)
+    throw InvalidArgument("process set " + std::to_string(id) + " is not a live set this rank (global rank " +
+                          std::to_string(config_.rank) + ") belongs to");
+  return set_engine->metrics();
+}
+
+void Runtime::start_timeline(const std::string& path, bool mark_cycles) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) throw InvalidArgument("hora has been shut down");
+  }
+  timeline_->start(timeline_file(path, config_.rank), mark_cycles);
+}
+
+void Runtime::stop_timeline() { timeline_->stop(); }
+
+std::string Runtime::timeline_file(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  const bool has_extension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return has_extension ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
 }
 
 }  // namespace hora

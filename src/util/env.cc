@@ -131,6 +131,8 @@ RuntimeConfig runtime_config_from_env() {
   if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");
   c.shm_slot_bytes = static_cast<size_t>(slot_bytes);
   c.host_identity = read_string({"HORA_HOST_IDENTITY"}, "");
+  c.timeline_path = read_string({"HORA_TIMELINE", "HOROVOD_TIMELINE"}, "");
+  c.timeline_mark_cycles = read_int({"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES"}, 0) != 0;
   if (c.size < 1) throw InvalidArgument("HORA_SIZE must be at least 1");
   if (c.rank < 0 || c.rank >= c.size)
     throw InvalidArgument("HORA_RANK=" + std::to_string(c.rank) + " is outside 0.." + std::to_string(c.size - 1));

@@ -51,6 +51,7 @@ from hora.common.process_sets import (  # noqa: F401
     process_sets,
     remove_process_set,
 )
+from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401
 from hora.common.ops import Collectives as _Collectives
 from hora.errors import HorovodInternalError  # noqa: F401
 from hora.numpy.adapter import NumpyAdapter

@@ -55,9 +55,8 @@ from hora.torch.basics import (  # noqa: F401
     rocm_built,
     shutdown,
     size,
-    start_timeline,
-    stop_timeline,
 )
+from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401
 from hora.torch.compression import Compression  # noqa: F401
 from hora.torch.functions import (  # noqa: F401
     allgather_object,
@@ -157,6 +156,7 @@ __all__ = [
     "sparse_allreduce_async",
     "start_timeline",
     "stop_timeline",
+    "metrics",
     "Sum",
     "SyncBatchNorm",
     "synchronize",
