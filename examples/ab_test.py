@@ -1,12 +1,14 @@
 """An A/B test: two training recipes on identical data, side by side.
 
-Run with:  horarun -np 4 python examples/ab_test.py
-
 Arm A (the even ranks) trains with SGD and momentum, arm B (the odd ranks)
 with Adam; same model, same initial weights, same data. Each arm is
 data-parallel over its own process set. At the end both arms are scored on
 the same test set and the difference of their mean squared errors is
-reported with its standard error (paired over test examples).
+reported with its standard error (paired over test examples); ab_test.png
+shows both arms' training curves and the outcome. Run from the repository
+root, after `make demo` (--steps, or HORA_EXAMPLE_STEPS, shortens it):
+
+    .venv/bin/horarun -np 4 .venv/bin/python examples/ab_test.py
 """
 
 import math
@@ -15,9 +17,10 @@ import torch
 import torch.nn.functional as F
 
 import hora.torch as hvd
-from learning_curves import gather_curves, options, plot, report, shard, waves
+from learning_curves import describe, gather, parser, report, shard, waves
+from plots import curves_figure, save
 
-args = options(__doc__.splitlines()[0], steps=200, out="ab_test.png")
+args = parser(describe(__doc__), steps=200, out="ab_test.png").parse_args()
 hvd.init()
 torch.set_num_threads(1)
 arm_a = hvd.ProcessSet(range(0, hvd.size(), 2))
@@ -41,7 +44,7 @@ for step in range(1, args.steps + 1):
     loss = F.mse_loss(model(x), y)
     loss.backward()
     optimizer.step()
-    if step % 10 == 0:
+    if step % 10 == 0 or step == args.steps:
         train_loss = hvd.allreduce(loss.detach(), name="train_loss", process_set=my_set).item()
         curve.append((step, train_loss))
         if step % 50 == 0:
@@ -52,16 +55,17 @@ with torch.no_grad():
     errors = ((model(test_x) - test_y) ** 2).squeeze(1)
 report(arm, my_set, f"final: test MSE {errors.mean().item():.4f}")
 scores = hvd.allgather_object((my_set is arm_a, errors) if my_set.rank() == 0 else None, name="scores")
+curves = gather({f"arm {arm} (ranks {my_set.ranks})": curve} if my_set.rank() == 0 else {})
 if hvd.rank() == 0:
     by_arm = {is_a: e for is_a, e in (s for s in scores if s is not None)}
     difference = by_arm[False] - by_arm[True]  # B - A, per test example
     mean, error = difference.mean().item(), difference.std().item() / math.sqrt(len(difference))
-    print(f"test MSE: A {by_arm[True].mean().item():.4f}, B {by_arm[False].mean().item():.4f}; "
-          f"B - A = {mean:+.4f} ± {error:.4f} (z = {mean / error:+.1f})")
-    if abs(mean) < 2 * error:
-        print("no significant difference between the arms", flush=True)
-    else:
-        print(f"winner: arm {'A' if mean > 0 else 'B'}", flush=True)
-plot(gather_curves({f"arm {arm} (ranks {my_set.ranks})": curve} if my_set.rank() == 0 else {}), args.out,
-     "A/B test: training MSE of each arm")
+    outcome = (f"test MSE: A {by_arm[True].mean().item():.4f}, B {by_arm[False].mean().item():.4f}; "
+               f"B - A = {mean:+.4f} ± {error:.4f} (z = {mean / error:+.1f})")
+    print(outcome)
+    verdict = ("no significant difference between the arms" if abs(mean) < 2 * error
+               else f"winner: arm {'A' if mean > 0 else 'B'}")
+    print(verdict, flush=True)
+    save(curves_figure(curves, f"A/B test, same model and data: A (SGD + momentum) vs B (Adam)\n"
+                               f"{verdict}; {outcome}", ylabel="training MSE"), args.out)
 hvd.shutdown()

@@ -1,32 +1,31 @@
 """An ensemble trained in one job: each member on its own process set.
 
-Run with:  horarun -np 4 python examples/ensemble.py
-
 The ranks are split into sets of --ranks-per-member; each set trains one
 member (its own seed and bootstrap sample of the data, data-parallel within
 the set). The members then vote: their predicted probabilities on a common
 test set are averaged over the whole job, and the ensemble's accuracy is
-compared with each member's.
-"""
+compared with each member's; ensemble.png shows both. Run from the
+repository root, after `make demo` (--steps, or HORA_EXAMPLE_STEPS, shortens
+it):
 
-import argparse
+    .venv/bin/horarun -np 4 .venv/bin/python examples/ensemble.py
+"""
 
 import torch
 import torch.nn.functional as F
 
 import hora.torch as hvd
-from learning_curves import gather_curves, plot, report, shard, spirals
+from learning_curves import describe, gather, parser, report, shard, spirals
+from plots import ensemble_figure, save
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--steps", type=int, default=150, help="training steps per member")
-parser.add_argument("--ranks-per-member", type=int, default=2)
-parser.add_argument("--out", default="ensemble.png")
-args = parser.parse_args()
+options = parser(describe(__doc__), steps=150, out="ensemble.png")
+options.add_argument("--ranks-per-member", type=int, default=2)
+args = options.parse_args()
 
 hvd.init()
 torch.set_num_threads(1)
 k = args.ranks_per_member
-if hvd.size() % k:
+if k <= 0 or hvd.size() % k:
     raise SystemExit(f"--ranks-per-member {k} must divide the number of ranks {hvd.size()}")
 members = hvd.size() // k
 member = hvd.rank() // k
@@ -52,7 +51,7 @@ for step in range(1, args.steps + 1):
     loss = F.cross_entropy(model(x), y)
     loss.backward()
     optimizer.step()
-    if step % 10 == 0:
+    if step % 10 == 0 or step == args.steps:
         with torch.no_grad():
             test_loss = F.cross_entropy(model(test_x), test_y).item()
         curve.append((step, test_loss))
@@ -67,12 +66,12 @@ report(task, my_set, f"final: test accuracy {accuracy:.4f}")
 mine = probabilities if my_set.rank() == 0 else torch.zeros_like(probabilities)
 vote = hvd.allreduce(mine, op=hvd.Sum, name="vote") / members
 ensemble_accuracy = (vote.argmax(1) == test_y).float().mean().item()
-accuracies = hvd.allgather_object(accuracy if my_set.rank() == 0 else None, name="accuracies")
-accuracies = [a for a in accuracies if a is not None]
+results = gather({f"{task} (ranks {my_set.ranks})": {"curve": curve, "accuracy": accuracy}}
+                 if my_set.rank() == 0 else {})
 if hvd.rank() == 0:
+    accuracies = [result["accuracy"] for result in results.values()]
     print(f"members' test accuracy: {', '.join(f'{a:.4f}' for a in accuracies)} "
           f"(mean {sum(accuracies) / len(accuracies):.4f})")
     print(f"ensemble of {members} members: test accuracy {ensemble_accuracy:.4f}", flush=True)
-plot(gather_curves({f"{task} (ranks {my_set.ranks})": curve} if my_set.rank() == 0 else {}), args.out,
-     f"Ensemble of {members}: each member's test loss", ylabel="test loss", log=False)
+    save(ensemble_figure(results, ensemble_accuracy), args.out)
 hvd.shutdown()

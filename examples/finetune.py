@@ -1,28 +1,29 @@
 """One base model, several fine-tunes, in one job.
 
-Run with:  horarun -np 4 python examples/finetune.py
-
 First every rank pretrains a base model together (the global process set) on
 a sine wave. Then the ranks split into sets of --ranks-per-finetune and each
 set fine-tunes its own copy of the base on a related task (another phase and
 amplitude), side by side; next to it, the same set trains the same model from
-scratch, to show what the base is worth.
+scratch, to show what the base is worth. finetune.png pairs each fine-tune
+with its baseline and says in how many tasks fine-tuning won. Run from the
+repository root, after `make demo` (--steps, or HORA_EXAMPLE_STEPS, shortens
+it):
+
+    .venv/bin/horarun -np 4 .venv/bin/python examples/finetune.py
 """
 
-import argparse
 import copy
 
 import torch
 import torch.nn.functional as F
 
 import hora.torch as hvd
-from learning_curves import gather_curves, plot, report, shard, waves
+from learning_curves import describe, gather, parser, report, shard, waves
+from plots import finetune_figure, save
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--steps", type=int, default=150, help="pretraining steps, and steps of each fine-tune")
-parser.add_argument("--ranks-per-finetune", type=int, default=1)
-parser.add_argument("--out", default="finetune.png")
-args = parser.parse_args()
+options = parser(describe(__doc__), steps=150, out="finetune.png")
+options.add_argument("--ranks-per-finetune", type=int, default=1)
+args = options.parse_args()  # --steps: pretraining steps, and the steps of each fine-tune
 
 hvd.init()
 torch.set_num_threads(1)
@@ -42,7 +43,7 @@ def train(model, process_set, x, y, lr, label, curve_every=10):
         loss = F.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
-        if step % curve_every == 0:
+        if step % curve_every == 0 or step == args.steps:
             value = hvd.allreduce(loss.detach(), name=f"{label}.loss", process_set=process_set).item()
             curve.append((step, value))
             if step % 50 == 0:
@@ -57,11 +58,10 @@ base = new_model()
 hvd.broadcast_parameters(base.state_dict(), root_rank=0)
 x, y = shard(waves(seed=0, rows=2048, frequency=4.0), everyone)
 base_curve = train(base, everyone, x, y, lr=0.01, label="base")
-curves = {"base (all ranks)": base_curve} if hvd.rank() == 0 else {}
 
 # Fine-tunes, one per set, side by side.
 k = args.ranks_per_finetune
-if hvd.size() % k:
+if k <= 0 or hvd.size() % k:
     raise SystemExit(f"--ranks-per-finetune {k} must divide the number of ranks {hvd.size()}")
 index = hvd.rank() // k
 my_set = hvd.ProcessSet(range(index * k, (index + 1) * k))
@@ -82,8 +82,12 @@ with torch.no_grad():
     tuned_test = F.mse_loss(tuned(test_x), test_y).item()
     scratch_test = F.mse_loss(scratch(test_x), test_y).item()
 report(label, my_set, f"final: test MSE {tuned_test:.5f} fine-tuned vs {scratch_test:.5f} from scratch")
-if my_set.rank() == 0:
-    curves[f"fine-tune {index}"] = tuned_curve
-    curves[f"scratch {index}"] = scratch_curve
-plot(gather_curves(curves), args.out, "Pretraining, then fine-tunes and from-scratch baselines (training MSE)")
+task = {"name": f"task {index}", "finetune": tuned_curve, "scratch": scratch_curve,
+        "finetune_test": tuned_test, "scratch_test": scratch_test}
+tasks = gather({index: task} if my_set.rank() == 0 else {})
+if hvd.rank() == 0:
+    tasks = [tasks[i] for i in sorted(tasks)]
+    won = sum(task["finetune_test"] < task["scratch_test"] for task in tasks)
+    print(f"fine-tune beat scratch in {won} of {len(tasks)} tasks (test MSE)", flush=True)
+    save(finetune_figure(base_curve, tasks), args.out)
 hvd.shutdown()

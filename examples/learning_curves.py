@@ -1,22 +1,49 @@
-"""What the examples share: command-line options, synthetic data sets and a
-PNG of every task's learning curves."""
+"""What the PyTorch examples share: command-line options, synthetic data sets,
+progress lines and gathering every set's results. Their figures are
+made in plots.py."""
 
 import argparse
+import os
 
-import matplotlib
+import torch
 
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import hora.torch as hvd
 
-import hora.torch as hvd  # noqa: E402
+# Sets the default of every example's --steps: a quick run of all of them
+# (the tests use it) without changing their command lines.
+STEPS_VARIABLE = "HORA_EXAMPLE_STEPS"
 
 
-def options(description, steps, out):
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--steps", type=int, default=steps, help="training steps per task")
-    parser.add_argument("--out", default=out, help="where to write the PNG of the learning curves")
-    return parser.parse_args()
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def parser(description, steps, out):
+    """An argument parser with --steps (default ``steps``, or
+    $HORA_EXAMPLE_STEPS when set) and --out (where the PNG goes); examples
+    add their own options to it."""
+    default_steps = steps
+    options = argparse.ArgumentParser(description=description)
+    if STEPS_VARIABLE in os.environ:
+        try:
+            default_steps = _positive_int(os.environ[STEPS_VARIABLE])
+        except argparse.ArgumentTypeError as error:
+            options.error(f"{STEPS_VARIABLE} {error}")
+    options.add_argument("--steps", type=_positive_int, default=default_steps,
+                         help=f"training steps per task (default {steps}, or ${STEPS_VARIABLE})")
+    options.add_argument("--out", default=out, help="where to write the PNG (default %(default)s)")
+    return options
+
+
+def describe(docstring):
+    """An example's description: the first paragraph of its docstring."""
+    return " ".join(docstring.split("\n\n")[0].split())
 
 
 def spirals(seed, rows, turns=1.5, noise=0.15):
@@ -48,30 +75,11 @@ def report(task, process_set, text):
         print(f"[{task}] {text}", flush=True)
 
 
-def gather_curves(curves):
-    """Every task's curves on every rank: ``curves`` maps a label to a list of
-    (step, value) and holds only the tasks this rank reports."""
+def gather(results):
+    """Every set's results on every rank: ``results`` maps a task's label to
+    what it reports, and holds only the tasks this rank reports (its set's
+    first rank reports them); the union of all ranks' is returned."""
     merged = {}
-    for part in hvd.allgather_object(curves, name="learning_curves"):
+    for part in hvd.allgather_object(results, name="example_results"):
         merged.update(part)
     return merged
-
-
-def plot(curves, path, title, ylabel="loss", log=True):
-    """Writes the curves (label -> [(step, value)]) as a PNG; rank 0 only."""
-    if hvd.rank() != 0:
-        return
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for label, points in sorted(curves.items()):
-        steps, values = zip(*points)
-        axes.plot(steps, values, label=label)
-    if log:
-        axes.set_yscale("log")
-    axes.set_xlabel("step")
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    print(f"learning curves written to {path}", flush=True)

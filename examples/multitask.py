@@ -1,11 +1,13 @@
 """Two tasks side by side in one job, each on its own process set.
 
-Run with:  horarun -np 4 python examples/multitask.py
-
 The even ranks train a classifier on two interleaved spirals; the odd ranks
 train a regression model on a sine wave. Each task is data-parallel over its
 set (DistributedOptimizer(process_set=...)): its gradients are averaged over
-its own ranks only, and neither task ever waits for the other.
+its own ranks only, and neither task ever waits for the other. Writes
+multitask.png with both learning curves. Run from the repository root, after
+`make demo` (--steps, or HORA_EXAMPLE_STEPS, shortens it):
+
+    .venv/bin/horarun -np 4 .venv/bin/python examples/multitask.py
 """
 
 import time
@@ -14,9 +16,10 @@ import torch
 import torch.nn.functional as F
 
 import hora.torch as hvd
-from learning_curves import gather_curves, options, plot, report, shard, spirals, waves
+from learning_curves import describe, gather, parser, report, shard, spirals, waves
+from plots import curves_figure, save
 
-args = options(__doc__.splitlines()[0], steps=300, out="multitask.png")
+args = parser(describe(__doc__), steps=300, out="multitask.png").parse_args()
 hvd.init()
 torch.set_num_threads(1)
 even = hvd.ProcessSet(range(0, hvd.size(), 2))
@@ -56,7 +59,7 @@ for step in range(1, args.steps + 1):
     loss, metrics = evaluate(model, x, y)
     loss.backward()
     optimizer.step()
-    if step % 10 == 0 or step == 1:
+    if step % 10 == 0 or step == 1 or step == args.steps:
         # The task's loss and metrics averaged over its own set.
         values = hvd.allreduce(torch.stack([loss.detach()] + [m.detach() for m in metrics.values()]),
                                name="metrics", process_set=my_set)
@@ -66,7 +69,13 @@ for step in range(1, args.steps + 1):
             report(task, my_set, f"step {step}: loss {values[0].item():.4f}, {shown}")
 
 elapsed = time.perf_counter() - start
-report(task, my_set, f"final: loss {curve[-1][1]:.4f}, {shown}, {args.steps / elapsed:.0f} steps/s")
-curves = gather_curves({f"{task} (ranks {my_set.ranks})": curve} if my_set.rank() == 0 else {})
-plot(curves, args.out, f"Two tasks on {hvd.size()} ranks, side by side")
+final = f"loss {curve[-1][1]:.4f}, {shown}"
+report(task, my_set, f"final: {final}, {args.steps / elapsed:.0f} steps/s")
+results = gather({f"{task} (ranks {my_set.ranks})": (curve, f"{task} {final}")} if my_set.rank() == 0 else {})
+if hvd.rank() == 0:
+    curves = {label: curve for label, (curve, _) in results.items()}
+    outcome = "; ".join(sorted(final for _, final in results.values()))
+    title = (f"Two tasks side by side on {hvd.size()} ranks, each on its own process set\n"
+             f"after {args.steps} steps: {outcome}")
+    save(curves_figure(curves, title, ylabel="training loss (spirals: cross-entropy, sine: MSE)"), args.out)
 hvd.shutdown()

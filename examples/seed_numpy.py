@@ -1,10 +1,11 @@
 """Two tasks side by side in one job, each on its own process set.
 
-Run with:  horarun -np 4 python examples/seed_numpy.py
-
 The even ranks and the odd ranks each fit their own linear model by
 data-parallel gradient descent: every rank computes the gradient on its own
-shard and the set averages it. The two sets never wait for each other.
+shard and the set averages it. The two sets never wait for each other. Run
+from the repository root, after `make demo`:
+
+    .venv/bin/horarun -np 4 .venv/bin/python examples/seed_numpy.py
 """
 
 import numpy as np
