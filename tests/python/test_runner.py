@@ -112,7 +112,8 @@ def test_failing_rank_stops_the_others_and_sets_the_exit_code():
     """))
     elapsed = time.monotonic() - start
     assert result.returncode == 3
-    assert "horarun: rank 2 exited with code 3" in result.stderr
+    assert result.stderr.splitlines()[-1] == "horarun: rank 2 exited with code 3 (the first rank to fail)"
+    assert "horarun: ranks 0, 1, 3 stopped by horarun after the failure" in result.stderr
     # The sleeping ranks were terminated, not waited for.
     assert elapsed < 10
 
@@ -125,7 +126,7 @@ def test_rank_killed_by_a_signal_is_named():
         time.sleep(60)
     """))
     assert result.returncode == 128 + signal.SIGKILL
-    assert "horarun: rank 1 killed by signal 9" in result.stderr
+    assert "horarun: rank 1 killed by signal 9 (SIGKILL) (the first rank to fail)" in result.stderr
 
 
 def test_all_ranks_succeeding_exits_zero_quietly():

@@ -4,6 +4,7 @@ import atexit
 import sys
 
 from hora import _core
+from hora.common import interrupts as _interrupts
 from hora.common import mpi as _mpi
 from hora.common import process_sets as _process_sets
 
@@ -46,7 +47,8 @@ def init(comm=None, process_sets=None):
         _mpi.on_shutdown()
         raise
     _register_shutdown_at_exit()
-    _abort_mpi_job_on_uncaught_exceptions()
+    _report_uncaught_exceptions()
+    _interrupts.install(_core.rank())
     _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
 
 
@@ -60,22 +62,30 @@ def _register_shutdown_at_exit():
     # hora stops its process sets before mpi4py finalizes MPI.
     global _shutdown_registered
     if not _shutdown_registered:
-        atexit.register(shutdown)
+        atexit.register(_shutdown_at_exit)
         _shutdown_registered = True
 
 
-def _abort_mpi_job_on_uncaught_exceptions():
-    # Under MPI a rank that dies of an exception would otherwise wait at
-    # exit in MPI_Finalize for peers that wait for it: end the whole job, as
-    # mpirun does for a rank that exits with an error. (Nothing happens when
-    # MPI is not in use.)
+@_interrupts.quiet_during
+def _shutdown_at_exit():
+    shutdown()
+
+
+def _report_uncaught_exceptions():
+    # Ctrl-C ends a rank with one line (interrupts.py), also when it arrives
+    # while the report of another exception starts. Under MPI a rank that
+    # dies of an exception would otherwise wait at exit in MPI_Finalize for
+    # peers that wait for it: end the whole job, as mpirun does for a rank
+    # that exits with an error. (Nothing is aborted when MPI is not in use.)
     global _original_excepthook
     if _original_excepthook is not None:
         return
     _original_excepthook = sys.excepthook
 
+    @_interrupts.quiet_during
     def hook(kind, value, traceback):
-        _original_excepthook(kind, value, traceback)
+        if not _interrupts.report_uncaught(kind, value, traceback):
+            _original_excepthook(kind, value, traceback)
         sys.stdout.flush()
         sys.stderr.flush()
         _core.mpi_abort(1)

@@ -5,13 +5,16 @@
     horarun --mpi -np 4 python train.py      # through mpirun (see mpi_run.py)
 
 One rendezvous server runs inside horarun for the job's lifetime. Every output
-line of a rank is prefixed with '[rank]:'. When a rank fails, the others are
-stopped and horarun exits with the failing rank's status. With --keep-going
-the others run on (a failed rank breaks only the process sets that contain
-it); horarun then reports every rank's exit status and exits with the first
-failing rank's. At the end, horarun removes the shared-memory segments that
-the job recorded in its store and left on this machine (shm_leftovers.py).
-Ranks that share a host get OMP_NUM_THREADS=1 unless it is set (env.py).
+line of a rank is prefixed with '[rank]:'. When a rank fails, the others get
+a second to end on their own, then are stopped; at the end horarun names the
+rank that failed first, shows the end of its stderr, lists the ranks that
+failed because of it (failures.py) and exits with its status. With
+--keep-going the others run on (a failed rank breaks only the process sets
+that contain it); horarun then reports every rank's exit status as well.
+Unknown options, --help and --version: usage.py. At the end, horarun
+removes the shared-memory segments that the job recorded in its store and
+left on this machine (shm_leftovers.py). Ranks that share a host get
+OMP_NUM_THREADS=1 unless it is set (env.py).
 """
 
 import argparse
@@ -27,13 +30,19 @@ import threading
 import time
 
 from hora.runner import env as rank_env
+from hora.runner import failures
 from hora.runner import hosts as host_list
 from hora.runner import mpi_run
 from hora.runner import shm_leftovers
+from hora.runner import usage
 from hora.runner.rendezvous import RendezvousServer
 
 # Seconds between SIGTERM and SIGKILL when horarun stops ranks.
 TERMINATE_GRACE_SECONDS = 5.0
+# Seconds the other ranks get to exit on their own after the first failure,
+# before horarun stops them: the rank that caused it often exits after the
+# ranks it broke, and should report its own error and status.
+STOP_DELAY_SECONDS = 1.0
 DEFAULT_START_TIMEOUT = 30.0
 
 
@@ -49,8 +58,10 @@ def parse_args(argv, raise_errors=False):
     """horarun's arguments; a bad one exits with status 2 and a usage line,
     or raises ValueError when `raise_errors` is set."""
     parser = (_RefusingParser if raise_errors else argparse.ArgumentParser)(
-        prog="horarun", allow_abbrev=False,
-        description="Runs a command as the ranks of one hora job.")
+        prog="horarun", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs a command as the ranks of one hora job.", epilog=usage.epilog())
+    parser.add_argument("--version", action="version", version=f"horarun (hora) {usage.version()}",
+                        help="print hora's version and exit")
     parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True,
                         help="number of ranks")
     parser.add_argument("-H", "--hosts", help="hosts and their slots: a:4,b:4 (default: "
@@ -78,6 +89,9 @@ def parse_args(argv, raise_errors=False):
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
+    unknown = usage.first_unknown_option(parser, argv)
+    if unknown is not None and not {"-h", "--help", "--version"} & set(argv):
+        parser.error(usage.unknown_option_message(unknown))
     return _checked(parser.parse_args(argv), parser)
 
 
@@ -126,10 +140,10 @@ _OUTPUT_LOCK = threading.Lock()
 
 class _OutputForwarder:
     """Copies one stream of one rank to ours, line by line, with '[rank]:'
-    (after the time, with `timestamps`), and unprefixed to `copy`, an open
-    binary file, when given."""
+    (after the time, with `timestamps`), unprefixed to `copy`, an open
+    binary file, when given, and into `tail` (a failures.StderrTail)."""
 
-    def __init__(self, rank, source, sink, copy=None, timestamps=False):
+    def __init__(self, rank, source, sink, copy=None, timestamps=False, tail=None):
         self._prefix = f"[{rank}]:".encode()
         self._source = source
         # A text stream without a binary buffer (a notebook's) gets decoded lines.
@@ -137,6 +151,7 @@ class _OutputForwarder:
         self._text_sink = sink if self._sink is None else None
         self._copy = copy
         self._timestamps = timestamps
+        self._tail = tail
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"horarun-output-{rank}")
         self.thread.start()
@@ -145,6 +160,8 @@ class _OutputForwarder:
         for line in iter(self._source.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
+            if self._tail is not None:
+                self._tail.add(line, time.monotonic())
             prefix = self._prefix
             if self._timestamps:
                 prefix = time.strftime("%Y-%m-%d %H:%M:%S ").encode() + prefix
@@ -173,6 +190,9 @@ class RankProcess:
                  timestamps=False):
         self.rank = placement.rank
         self.remote = remote
+        self.stderr_tail = failures.StderrTail()
+        self.exited_at = None
+        self.signalled_at = None
         copies = [None, None]
         if output_dir is not None:
             os.makedirs(output_dir, exist_ok=True)
@@ -185,13 +205,26 @@ class RankProcess:
         on_start(self.popen.pid)
         self.forwarders = [
             _OutputForwarder(self.rank, self.popen.stdout, sys.stdout, copies[0], timestamps),
-            _OutputForwarder(self.rank, self.popen.stderr, sys.stderr, copies[1], timestamps)]
-        threading.Thread(target=lambda: exits.put((self, self.popen.wait())),
-                         daemon=True, name=f"horarun-wait-{self.rank}").start()
+            _OutputForwarder(self.rank, self.popen.stderr, sys.stderr, copies[1], timestamps,
+                             self.stderr_tail)]
+        threading.Thread(target=self._wait, args=(exits,), daemon=True,
+                         name=f"horarun-wait-{self.rank}").start()
+
+    def _wait(self, exits):
+        code = self.popen.wait()
+        self.exited_at = time.monotonic()
+        exits.put((self, code))
+
+    def outcome(self):
+        """The rank's failures.RankOutcome, once it has exited."""
+        return failures.RankOutcome(self.rank, self.popen.returncode, self.exited_at,
+                                    self.signalled_at, self.stderr_tail)
 
     def send_signal(self, signum):
         """Sends `signum` to the rank's process group (for a remote rank, to
         ssh, and closing its stdin stops the remote command)."""
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
         if self.remote and self.popen.stdin and signum in (signal.SIGTERM, signal.SIGKILL):
             try:
                 self.popen.stdin.close()
@@ -236,10 +269,7 @@ class _Watchdog:
             pass   # the watchdog is gone; the job runs on without it
 
 
-def describe_exit(code):
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exited with code {code}"
+describe_exit = failures.describe_exit
 
 
 def rank_output_dir(output_filename, rank, size):
@@ -357,40 +387,39 @@ class Job:
             raise SystemExit(f"horarun: cannot start rank {placement.rank}: {error}") from None
 
     def _supervise(self):
+        """Waits for every rank; returns horarun's exit status."""
         running = len(self.ranks)
-        failure = None
-        statuses = {}
+        failed = False
+        stop_at = None
         while running:
+            now = time.monotonic()
+            if stop_at is not None and now > stop_at and self.kill_deadline is None:
+                self._begin_stopping(signal.SIGTERM)
+            if self.kill_deadline and now > self.kill_deadline:
+                self._stop_ranks(signal.SIGKILL)
             try:
-                rank, code = self.exits.get(timeout=0.2)
+                rank, code = self.exits.get(timeout=0.1)
             except queue.Empty:
-                if self.kill_deadline and time.monotonic() > self.kill_deadline:
-                    self._stop_ranks(signal.SIGKILL)
                 continue
             running -= 1
-            statuses[rank.rank] = code
             if self.args.verbose:
                 print(f"horarun: rank {rank.rank} {describe_exit(code)}",
                       file=sys.stderr, flush=True)
-            if code != 0 and failure is None and self.received_signal is None:
-                failure = (rank.rank, code)
+            if code != 0 and not failed and self.received_signal is None:
+                failed = True
                 if not self.args.keep_going:
-                    self._begin_stopping(signal.SIGTERM)
+                    stop_at = time.monotonic() + STOP_DELAY_SECONDS
         for rank in self.ranks:
             rank.join_output(timeout=2.0)
         if self.received_signal is not None:
             print(f"horarun: stopped by signal {self.received_signal}", file=sys.stderr, flush=True)
             return 128 + self.received_signal
-        if self.args.keep_going:
-            for rank in sorted(statuses):
-                print(f"horarun: rank {rank} {describe_exit(statuses[rank])}", file=sys.stderr, flush=True)
-        elif failure is not None:
-            rank, code = failure
-            print(f"horarun: rank {rank} {describe_exit(code)}", file=sys.stderr, flush=True)
-        if failure is not None:
-            code = failure[1]
-            return code if code > 0 else 128 - code
-        return 0
+        summary = failures.Summary([rank.outcome() for rank in self.ranks])
+        with _OUTPUT_LOCK:
+            for line in summary.lines(self.args.keep_going):
+                print(f"horarun: {line}", file=sys.stderr)
+            sys.stderr.flush()
+        return summary.exit_status()
 
     def _begin_stopping(self, signum):
         if self.kill_deadline is None:

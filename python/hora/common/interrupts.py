@@ -1,0 +1,183 @@
+"""Ctrl-C in a rank: it ends with one line, also while it waits in a
+collective, and never with 'Error in sys.excepthook'.
+
+Python runs a signal handler only on the main thread, between bytecodes.
+A rank whose main thread waits in hora's core (a collective whose peers
+never come) would not see SIGINT until the op times out; and a SIGINT that
+arrives while an error from the core unwinds fires on the first bytecode
+Python runs next, which is the excepthook itself, hence the noise. So,
+after init(), while SIGINT still has Python's default handler:
+
+- hora's handler raises KeyboardInterrupt as the default one does, except
+  while the rank reports an uncaught exception or shuts hora down: then it
+  only records the interrupt, and the report becomes the one line;
+- a watcher thread learns of each SIGINT at once (signal.set_wakeup_fd,
+  only when nothing else uses it); if the main thread has not taken the
+  interrupt after WAIT_SECONDS and is blocked in a call into hora, the
+  watcher prints the one line and ends the process (status 130: the ops
+  it waits for cannot be cancelled from Python).
+
+The line names the rank and the caller's line:
+``KeyboardInterrupt: rank 0 stopped at train.py:42 (in train_step)``.
+"""
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+WAIT_SECONDS = 0.5
+_HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_rank = None
+_installed = False
+_sigint_seen = 0            # SIGINTs the watcher saw arrive
+_sigint_taken = 0           # SIGINTs the main thread's handler ran for
+_taken_while_reporting = False
+_quiet_codes = set()        # code objects during which SIGINT is only recorded
+
+
+def install(rank):
+    """Takes over SIGINT for rank `rank` (from the main thread, after init);
+    does nothing where the program chose its own SIGINT handler."""
+    global _rank, _installed
+    _rank = rank
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    signal.signal(signal.SIGINT, _on_sigint)
+    _installed = True
+    # Python joins the program's threads there when the main thread ended:
+    # the process is exiting already.
+    exiting = getattr(threading, "_shutdown", None)
+    if exiting is not None and hasattr(exiting, "__code__"):
+        _quiet_codes.add(exiting.__code__)
+    _start_watcher()
+
+
+def quiet_during(function):
+    """While `function` runs, a SIGINT is recorded instead of raised."""
+    _quiet_codes.add(function.__code__)
+    return function
+
+
+def _on_sigint(signum, frame):
+    global _sigint_taken, _taken_while_reporting
+    _sigint_taken += 1
+    probe = frame
+    while probe is not None:
+        if probe.f_code in _quiet_codes:
+            _taken_while_reporting = True
+            return
+        probe = probe.f_back
+    raise KeyboardInterrupt
+
+
+def _start_watcher():
+    receiver, sender = socket.socketpair()
+    sender.setblocking(False)
+    try:
+        previous = signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
+    except ValueError:
+        previous = None
+    if previous != -1:   # the program (asyncio, ...) uses the wakeup fd: leave it theirs
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        receiver.close()
+        sender.close()
+        return
+    os.register_at_fork(after_in_child=_forget_wakeup_fd)
+    threading.Thread(target=_watch, args=(receiver, sender), daemon=True, name="hora-interrupts").start()
+
+
+def _forget_wakeup_fd():
+    # A forked child has no watcher; its signals must not wake ours.
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+
+
+def _watch(receiver, sender):
+    global _sigint_seen
+    while True:
+        try:
+            data = receiver.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        arrived = data.count(signal.SIGINT)
+        if arrived and signal.getsignal(signal.SIGINT) is _on_sigint:
+            _sigint_seen += arrived
+            _end_if_blocked_in_hora()
+
+
+def _end_if_blocked_in_hora():
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if _sigint_taken >= _sigint_seen:
+            return   # the main thread took it: KeyboardInterrupt runs its course
+        time.sleep(0.02)
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if _sigint_taken >= _sigint_seen or frame is None or not _in_hora(frame):
+        return
+    hora_call, caller = _split_at_caller(frame)
+    _print_line(f"{_stopped_at(caller)}, waiting in hora's {hora_call}")
+    os._exit(128 + signal.SIGINT)
+
+
+def _in_hora(frame):
+    return os.path.abspath(frame.f_code.co_filename).startswith(_HORA_DIR + os.sep)
+
+
+def _split_at_caller(frame):
+    """(name of the outermost hora function, the frame that called it)."""
+    name = frame.f_code.co_name
+    while frame is not None and _in_hora(frame):
+        name = frame.f_code.co_name
+        frame = frame.f_back
+    return name, frame
+
+
+def _stopped_at(frame, line=None):
+    where = ""
+    if frame is not None:
+        line = frame.f_lineno if line is None else line
+        where = f" at {frame.f_code.co_filename}:{line} (in {frame.f_code.co_name})"
+    rank = "" if _rank is None else f" rank {_rank}"
+    return f"KeyboardInterrupt:{rank} stopped{where}"
+
+
+def _print_line(line):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def report_uncaught(kind, value, traceback):
+    """Prints the one line for an uncaught KeyboardInterrupt, or for another
+    exception during whose report a SIGINT arrived; True if it did."""
+    interrupted = issubclass(kind, KeyboardInterrupt)
+    if not interrupted and not _taken_while_reporting:
+        return False
+    frame, line = None, None   # the innermost frame outside hora, else the outermost
+    while traceback is not None:
+        if frame is None or not _in_hora(traceback.tb_frame):
+            frame, line = traceback.tb_frame, traceback.tb_lineno
+        traceback = traceback.tb_next
+    line = _stopped_at(frame, line)
+    if not interrupted:
+        line += f"; it had just raised {kind.__name__}: {value}"
+    _print_line(line)
+    return True

@@ -1,0 +1,117 @@
+"""horarun's command line beyond argparse: its version, the example and the
+environment variables in --help, and the check that every option before the
+command is one horarun knows, wherever it stands."""
+
+import importlib.metadata
+
+# The variables hora reads (src/util/env.cc), for the --help text and
+# docs/launcher.md: (HORA_ name, Horovod's name or None, meaning, default).
+# horarun itself sets each rank's coordinates and rendezvous variables.
+ENVIRONMENT = [
+    ("HORA_OP_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS",
+     "how long an op waits for the set's members; then the set breaks", "600"),
+    ("HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT", "world rendezvous timeout in seconds",
+     "horarun's --start-timeout; 120 without horarun"),
+    ("HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+     "warn about ops some members have not submitted after this long", "60"),
+    ("HORA_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "1: no stall warnings", "0"),
+    ("HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+     "fail the set once an op waits this long for members (0: only the op timeout)", "0"),
+    ("HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "bytes of small allreduces packed into one",
+     "67108864"),
+    ("HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "response-cache slots per set (0 disables)", "1024"),
+    ("HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "gloo or mpi (also HOROVOD_CONTROLLER)",
+     "mpi under mpirun or srun, else gloo"),
+    ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),
+    ("HORA_SHM_SLOT_BYTES", None, "bytes of each member's shared-memory slot (a multiple of 4096)",
+     "1 MiB"),
+    ("HORA_TIMELINE", "HOROVOD_TIMELINE", "start the timeline (a Chrome trace) at init, into this file",
+     "none"),
+    ("HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "1: mark each batch of work in the timeline",
+     "0"),
+    ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
+     "memory (tests simulate several hosts on one)", "empty"),
+]
+
+# Set by horarun for every rank (HORA_ and HOROVOD_ spellings; Horovod's
+# GLOO_RENDEZVOUS_ADDR and _PORT are read as well), or by mpirun.
+SET_BY_LAUNCHER = ["RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME",
+                   "RENDEZVOUS_ADDR", "RENDEZVOUS_PORT", "SECRET", "GLOO_RENDEZVOUS_ADDR",
+                   "GLOO_RENDEZVOUS_PORT"]
+
+EXAMPLES = """\
+examples:
+  horarun -np 4 python train.py
+  horarun -np 8 -H a:4,b:4 python train.py
+  horarun --keep-going -np 4 python hpo.py        # other process sets finish after a failure
+  HORA_OP_TIMEOUT_SECONDS=60 horarun -np 4 python train.py
+"""
+
+
+def version():
+    """hora's version, from the installed package's metadata."""
+    try:
+        return importlib.metadata.version("hora")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (hora is not installed)"
+
+
+def epilog():
+    rows = []
+    for name, horovod_name, meaning, default in ENVIRONMENT:
+        names = name + (f" / {horovod_name}" if horovod_name else "")
+        rows.append(f"  {names}\n      {meaning} (default: {default})")
+    return (EXAMPLES + "\nenvironment variables the ranks read (every one is passed on to them):\n"
+            + "\n".join(rows)
+            + "\n\nhorarun sets each rank's HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, ... (and the HOROVOD_ "
+              "names).\nWhen a rank fails, horarun names the rank that failed first, shows the end of its "
+              "stderr,\nand lists the ranks that failed because of it. See docs/launcher.md.\n")
+
+
+def _takes_value(action):
+    return action.nargs is None or action.nargs not in (0, "?")
+
+
+def first_unknown_option(parser, argv):
+    """The first option before the command (or before '--') that `parser`
+    does not know, or None. Values of known options are skipped."""
+    known = parser._option_string_actions   # option string -> argparse action
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--" or not token.startswith("-") or token == "-":
+            return None
+        name = token.split("=", 1)[0]
+        action = known.get(name)
+        if action is None and not token.startswith("--") and token[:2] in known:
+            action, name = known[token[:2]], token[:2]   # a short option with its value attached: -Ha:2
+            if not _takes_value(action) or len(token) == 2:
+                return token
+            index += 1
+            continue
+        if action is None:
+            return name
+        index += 1
+        if _takes_value(action) and "=" not in token:
+            index += 1
+    return None
+
+
+def unknown_option_message(option):
+    """The error for an option horarun does not know, with a hint where
+    horovodrun knows it."""
+    from hora.runner import horovodrun
+
+    message = f"unknown option {option}"
+    action = horovodrun.build_parser()._option_string_actions.get(option)
+    if action is None:
+        return message + " (see horarun --help)"
+    if hasattr(action, "what"):
+        return f"{message}: a horovodrun flag for {action.what}, which hora does not support yet"
+    if hasattr(action, "reason"):
+        return f"{message}: a horovodrun flag without effect on hora ({action.reason})"
+    variable = horovodrun.ENVIRONMENT.get(action.dest, (None,))[0]
+    if variable:
+        return (f"{message}: a horovodrun flag; horovodrun takes it, and horarun's ranks read the "
+                f"setting from {variable}")
+    return f"{message}: a horovodrun flag; horovodrun takes it (see docs/compat.md)"
