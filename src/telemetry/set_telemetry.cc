@@ -19,6 +19,13 @@ std::string upper(std::string text) {
 
 bool set(Clock::time_point t) { return t != Clock::time_point{}; }
 
+// A tensor's row, named as Horovod names tensors: "allreduce.grad" (names
+// that already start with their op's name, like "allreduce.noname.3", stay).
+std::string row_of(OpType op, const std::string& name) {
+  const std::string prefix = std::string(op_type_name(op)) + ".";
+  return name.compare(0, prefix.size(), prefix) == 0 ? name : prefix + name;
+}
+
 }  // namespace
 
 std::string phase_name(OpType op) { return upper(op_type_name(op)); }
@@ -60,7 +67,7 @@ void SetTelemetry::submitted(const std::string& name, OpType op, int set_rank, C
   n.last = now;
   n.last_rank = set_rank;
   ++n.submitters;
-  if (timeline_on()) instant(name, std::to_string(global_ranks_.at(static_cast<size_t>(set_rank))), now);
+  if (timeline_on()) instant(row_of(op, name), std::to_string(global_ranks_.at(static_cast<size_t>(set_rank))), now);
 }
 
 void SetTelemetry::agreed(const std::string& name, bool fused_with_others, Clock::time_point now) {
@@ -78,7 +85,7 @@ void SetTelemetry::agreed(const std::string& name, bool fused_with_others, Clock
     if (timeline_on()) agreed_[name] = now;
   }
   if (timeline_on())
-    span(name, "NEGOTIATE_" + phase_name(n.op), n.first, now,
+    span(row_of(n.op, name), "NEGOTIATE_" + phase_name(n.op), n.first, now,
          "\"slowest_rank\": " + std::to_string(slowest) + ", \"fused\": " + (fused_with_others ? "true" : "false"));
 }
 
@@ -116,7 +123,7 @@ void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, co
   const std::string phase = phase_name(op);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const RunTensor& t = tensors[i];
-    const std::string& row = t.request->name;
+    const std::string row = row_of(op, t.request->name);
     if (t.lane) {
       instant(row, "CACHE_HIT", t.submitted);
       if (set(t.submitted)) span(row, "NEGOTIATE_" + phase, t.submitted, times.start, "\"cache_hit\": true");
@@ -145,7 +152,7 @@ void SetTelemetry::failed(OpType op, const std::vector<std::string>& names, cons
   if (!timeline_on()) return;
   const auto now = Clock::now();
   for (const std::string& name : names)
-    instant(name, "ERROR", now, "\"op\": \"" + std::string(op_type_name(op)) + "\", \"message\": \"" +
+    instant(row_of(op, name), "ERROR", now, "\"op\": \"" + std::string(op_type_name(op)) + "\", \"message\": \"" +
                                     json_escaped(error) + "\"");
 }
 

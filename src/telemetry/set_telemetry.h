@@ -7,7 +7,8 @@
 // records a NEGOTIATE_<OP> span per op with a tick per member as it
 // submits. Every executor records the op itself: <OP> with its phases
 // (QUEUE, MEMCPY_IN_FUSION_BUFFER, the transport's <NAME>_<OP>,
-// MEMCPY_OUT_FUSION_BUFFER) as nested spans on each tensor's row.
+// MEMCPY_OUT_FUSION_BUFFER) as nested spans on each tensor's row, named
+// as Horovod's timeline names it ("allreduce.grad").
 //
 // Threads: submitted()/agreed() run on the engine thread; executed() on
 // whichever thread holds the executor role (one at a time); metrics() on

@@ -69,11 +69,12 @@ def test_each_coordinator_writes_its_sets_lanes(window_run):
 def test_every_tensor_has_its_negotiation_and_phases_in_order(window_run, tag, path, pid, ranks):
     outdir, _ = window_run
     by_row = rows(events_of(outdir / path), pid)
-    assert sorted(by_row) == [f"bias.{tag}", f"grad.{tag}", f"late.{tag}", f"lr.{tag}"]
+    assert sorted(by_row) == [f"allreduce.bias.{tag}", f"allreduce.grad.{tag}", f"allreduce.late.{tag}",
+                              f"broadcast.lr.{tag}"]
     for row, events in by_row.items():
         ops = [e for e in events if e["name"] in ("ALLREDUCE", "BROADCAST")]
         # Steps 2..5 ran while the timeline was on ("late" from step 3).
-        steps = 3 if row.startswith("late") else 4
+        steps = 3 if row.startswith("allreduce.late") else 4
         assert len(ops) == steps, (row, events)
         starts = [e["ts"] for e in ops]
         assert starts == sorted(starts) and len(set(starts)) == steps, (row, starts)
@@ -89,7 +90,7 @@ def test_every_tensor_has_its_negotiation_and_phases_in_order(window_run, tag, p
             assert inner, (row, op, events)
         # Later steps hit the response cache.
         assert [e["name"] for e in events].count("CACHE_HIT") >= steps - 1, (row, events)
-        if not row.startswith("late"):
+        if not row.startswith("allreduce.late"):
             continue
         # A tensor first submitted while the timeline runs is negotiated in
         # full: one tick per member, named by its global rank, inside the
@@ -106,7 +107,7 @@ def test_mark_cycles_and_byte_counts(window_run):
     outdir, _ = window_run
     events = events_of(outdir / "trace.json")
     assert any(e["name"] == "CYCLE_START" for e in events)
-    grads = [e for e in rows(events, 1)["grad.a"] if e["name"] == "ALLREDUCE"]
+    grads = [e for e in rows(events, 1)["allreduce.grad.a"] if e["name"] == "ALLREDUCE"]
     assert all(e["args"]["bytes"] == 256 for e in grads), grads
 
 
@@ -148,7 +149,7 @@ def test_the_file_is_valid_after_an_exception(tmp_path):
     assert run.returncode != 0, describe(run)
     assert "an error in the training loop" in run.stderr, describe(run)
     rows_a = rows(events_of(path), 1)
-    assert len([e for e in rows_a["grad.a"] if e["name"] == "ALLREDUCE"]) == 4
+    assert len([e for e in rows_a["allreduce.grad.a"] if e["name"] == "ALLREDUCE"]) == 4
 
 
 def test_the_file_is_valid_after_sigterm(tmp_path):
