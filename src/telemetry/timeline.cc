@@ -67,7 +67,8 @@ Timeline::~Timeline() { stop(); }
 
 void Timeline::start(const std::string& path, bool mark_cycles) {
   if (path.empty()) throw InvalidArgument("the timeline needs a file path");
-  stop();
+  std::lock_guard<std::mutex> control(control_mutex_);
+  stop_locked();
   std::lock_guard<std::mutex> lock(mutex_);
   path_ = path;
   stopping_ = false;
@@ -80,6 +81,7 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   }
   mark_cycles_ = mark_cycles;
   active_ = true;
+  running_ = true;
   writer_ = std::thread([this] { write_loop(); });
 }
 
@@ -97,15 +99,21 @@ bool Timeline::open_locked() {
 }
 
 void Timeline::stop() {
+  std::lock_guard<std::mutex> control(control_mutex_);
+  stop_locked();
+}
+
+void Timeline::stop_locked() {
+  if (!writer_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!writer_.joinable()) return;
     active_ = false;
     stopping_ = true;
   }
   wake_.notify_all();
   writer_.join();
   std::lock_guard<std::mutex> lock(mutex_);
+  running_ = false;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   const uint64_t dropped = dropped_.exchange(0);
@@ -148,7 +156,7 @@ void Timeline::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t target = recorded_;
   wake_.notify_all();
-  flushed_.wait(lock, [&] { return written_ >= target || !writer_.joinable() || stopping_; });
+  flushed_.wait(lock, [&] { return written_ >= target || !running_ || stopping_; });
 }
 
 void Timeline::write_loop() {

@@ -73,6 +73,7 @@ class Timeline {
   void flush();
 
  private:
+  void stop_locked();  // with control_mutex_ held
   void write_loop();
   void write_batch(std::vector<TimelineEvent>& batch, bool final_write);
   bool open_locked();
@@ -84,12 +85,14 @@ class Timeline {
   std::atomic<bool> mark_cycles_{false};
   std::atomic<uint64_t> dropped_{0};
 
+  std::mutex control_mutex_;  // serializes start() and stop(); owns writer_
   std::mutex mutex_;  // the buffer, the sets and the writer's state
   std::condition_variable wake_;
   std::condition_variable flushed_;
   std::vector<TimelineEvent> buffer_;
   std::map<int32_t, std::string> sets_;
   bool stopping_ = false;
+  bool running_ = false;  // a writer thread is running
   uint64_t recorded_ = 0, written_ = 0;
   std::string path_;
   std::thread writer_;
