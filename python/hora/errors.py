@@ -26,6 +26,11 @@ from hora._core import (  # noqa: F401
 
 HorovodInternalError = HoraError
 
+# Tracebacks name them where users import them from.
+for _error in (HoraError, InternalError, MismatchError, PeerFailureError, TimeoutError):
+    _error.__module__ = __name__
+del _error
+
 
 class UnsupportedOperationError(ValueError, HoraError):
     """An op hora refuses when it is submitted, where Horovod raises a

@@ -85,4 +85,4 @@ def test_sigint_to_one_rank_makes_it_the_named_cause():
     assert "sys.excepthook" not in err, err
     assert lines[-1].startswith("horarun: rank 1 exited with code 130 (the first rank to fail): "
                                 "KeyboardInterrupt: rank 1 stopped at"), err
-    assert "horarun: rank 0 failed because of rank 1: hora._core.PeerFailureError" in err, err
+    assert "horarun: rank 0 failed because of rank 1: hora.errors.PeerFailureError" in err, err

@@ -71,7 +71,7 @@ def test_keep_going_names_each_failed_ranks_process_set():
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
              "    step()"]
-PEER = ("hora._core.PeerFailureError: process set {set} is broken; missing global rank(s) [{missing}]: "
+PEER = ("hora.errors.PeerFailureError: process set {set} is broken; missing global rank(s) [{missing}]: "
         "the control connection to global rank {missing} closed")
 
 
@@ -96,7 +96,7 @@ def test_a_survivor_that_exits_first_is_not_the_cause():
     assert lines[-1] == "rank 2 exited with code 1 (the first rank to fail): ValueError: bad shape"
     assert lines[0] == "rank 2 failed first; the last 4 lines of its stderr:"
     assert lines[1:5] == ["    " + line for line in TRACEBACK + ["ValueError: bad shape"]]
-    assert lines[5].startswith("ranks 0, 1, 3 failed because of rank 2: hora._core.PeerFailureError: process set 0")
+    assert lines[5].startswith("ranks 0, 1, 3 failed because of rank 2: hora.errors.PeerFailureError: process set 0")
     assert summary.exit_status() == 1
 
 
@@ -112,14 +112,14 @@ def test_a_signal_is_named_and_the_earliest_of_two_causes_wins():
 
 
 def test_identical_errors_are_folded_and_stopped_ranks_listed():
-    mismatch = TRACEBACK + ["hora._core.MismatchError: process set 0: ranks disagree on the shape"]
+    mismatch = TRACEBACK + ["hora.errors.MismatchError: process set 0: ranks disagree on the shape"]
     summary = failures.Summary([
         outcome(0, 1, 1.0, mismatch, read_at=0.5), outcome(1, 1, 1.0, mismatch, read_at=0.6),
         outcome(2, 1, 1.0, mismatch, read_at=0.7), outcome(3, -15, 2.0, signalled_at=1.9)])
     lines = summary.lines(keep_going=False)
     assert "ranks 1, 2 failed with the same error" in lines
     assert "rank 3 stopped by horarun after the failure" in lines
-    assert lines[-1].startswith("rank 0 exited with code 1 (the first rank to fail): hora._core.MismatchError")
+    assert lines[-1].startswith("rank 0 exited with code 1 (the first rank to fail): hora.errors.MismatchError")
 
 
 def test_a_hung_rank_named_by_the_others_is_reported():
@@ -155,4 +155,4 @@ def test_an_error_raised_from_a_peer_failure_is_a_consequence():
                                 outcome(1, 1, 1.5, TRACEBACK + ["OSError: disk full"], read_at=0.8)])
     lines = summary.lines(keep_going=False)
     assert lines[-1] == "rank 1 exited with code 1 (the first rank to fail): OSError: disk full"
-    assert lines[-2].startswith("rank 0 failed because of rank 1: hora._core.PeerFailureError: process set 1")
+    assert lines[-2].startswith("rank 0 failed because of rank 1: hora.errors.PeerFailureError: process set 1")

@@ -41,6 +41,9 @@ if hvd.rank() == 0:
 
 store = RendezvousClient(os.environ["HORA_RENDEZVOUS_ADDR"], os.environ["HORA_RENDEZVOUS_PORT"],
                          os.environ["HORA_SECRET"])
+# Arrive at the set's creation (src/runtime/set_presence.cc), then publish
+# rank 0's host identity as this rank's.
+store.set("process_set.1/present.1", b"1")
 store.set(SET_KEYS + "host/1", store.get(SET_KEYS + "host/0", timeout=30))
 assert store.get(SET_KEYS + "ready", timeout=30).startswith(b"ok ")
 segment = store.get(SET_KEYS + "segment", timeout=30).decode().split(" ")[0]
