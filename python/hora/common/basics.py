@@ -5,6 +5,8 @@ import sys
 
 from hora import _core
 from hora.common import interrupts as _interrupts
+from hora.common import metrics_http as _metrics_http
+from hora.common import monitor as _monitor
 from hora.common import mpi as _mpi
 from hora.common import process_sets as _process_sets
 
@@ -32,6 +34,7 @@ def init(comm=None, process_sets=None):
             raise ValueError(f"process_sets must hold ProcessSet objects, got {type(ps).__name__}")
     if _core.is_initialized():
         return
+    metrics_port = _metrics_http.port_from_environment()
     mpi_communicator, world_ranks = _mpi.world_arguments(comm)
     _mpi.on_init(comm)
     try:
@@ -50,6 +53,8 @@ def init(comm=None, process_sets=None):
     _report_uncaught_exceptions()
     _interrupts.install(_core.rank())
     _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
+    _metrics_http.start(metrics_port, _core.local_rank())
+    _monitor.start(_core.rank())
 
 
 _shutdown_registered = False
@@ -95,6 +100,8 @@ def _report_uncaught_exceptions():
 
 def shutdown():
     """Stops every process set of this process. Pending ops fail."""
+    _metrics_http.stop()
+    _monitor.stop()   # its last report reads the counters, before the core stops
     _core.shutdown()
     _process_sets._on_shutdown()
     _mpi.on_shutdown()

@@ -7,7 +7,9 @@ signalled the rank. From these, summary() classifies each failed rank:
 
 - a consequence: its last Python exception, or one it was raised from, is
   a PeerFailureError (a peer it needed died, hung or broke the process set;
-  the message names the set and the missing ranks);
+  the message names the set and the missing ranks), or a TimeoutError that
+  names members which never reached the set's creation ("global rank 1 has
+  not called hvd.init() after 30 s": src/runtime/set_presence.cc);
 - stopped: it failed only after horarun signalled it, without an error of
   its own before;
 - a cause: anything else (another exception, an exit code, a signal).
@@ -16,8 +18,8 @@ The root cause is the cause that failed first, by the time its traceback
 was read or, without one, the time it exited; timing alone would often
 blame a survivor, which can exit before the rank that crashed has finished
 its own shutdown. When no rank failed on its own, the ranks that the
-PeerFailureErrors name as missing are reported instead (a rank that hung or
-returned early).
+PeerFailureErrors name as missing, or that the TimeoutErrors name as not
+having called hvd.init() (or add_process_set), are reported instead.
 """
 
 import collections
@@ -36,6 +38,8 @@ EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(:|$)")
 PEER_FAILURE = re.compile(r"\bPeerFailureError\b")
 SET_TEXT = re.compile(r"process set (\d+) \[([\d, ]*)\]")
 MISSING_RANKS = re.compile(r"missing global rank\(s\) \[([\d, ]*)\]")
+ABSENT_RANK = re.compile(r"global rank (\d+) has not called (hvd\.init\(\)|add_process_set\(\[[\d, ]*\]\))")
+ALIVE_TEXT = "(its process is alive)"
 
 
 class StderrTail:
@@ -64,10 +68,15 @@ class RankOutcome:
 
 @dataclasses.dataclass
 class PeerFailure:
-    """What a PeerFailureError says: the set, its members, the missing ranks."""
+    """What a PeerFailureError says: the set, its members, the missing
+    ranks; or what a TimeoutError about absent members says: then `kind` is
+    'TimeoutError' and `not_called` maps each missing rank to (the call it
+    had not made, whether its process had already ended)."""
     set_id: int = None
     members: tuple = ()
     missing: tuple = ()
+    kind: str = "PeerFailureError"
+    not_called: dict = dataclasses.field(default_factory=dict)
 
     def set_text(self):
         if self.set_id is None:
@@ -113,6 +122,19 @@ def parse_peer_failure(error):
     missing = MISSING_RANKS.search(error)
     if missing:
         peer.missing = _ranks(missing.group(1))
+    return peer
+
+
+def parse_absence(error):
+    """The set and the absent members a TimeoutError message names."""
+    peer = parse_peer_failure(error)
+    peer.kind = "TimeoutError"
+    found = list(ABSENT_RANK.finditer(error))
+    for index, match in enumerate(found):
+        rest = error[match.end():found[index + 1].start() if index + 1 < len(found) else len(error)]
+        ended = "(its process " in rest and ALIVE_TEXT not in rest
+        peer.not_called.setdefault(int(match.group(1)), (match.group(2), ended))
+    peer.missing = tuple(peer.not_called)
     return peer
 
 
@@ -162,6 +184,10 @@ def classify(outcome):
     if peer_errors:
         # Reported by its PeerFailureError, which names the set and the peer.
         return Failure(outcome, "consequence", peer_errors[-1], error_at, parse_peer_failure(peer_errors[-1]))
+    absence_errors = [e for e in chain if ABSENT_RANK.search(e)]
+    if absence_errors:
+        # It waited for members that never arrived: they are the cause.
+        return Failure(outcome, "consequence", absence_errors[-1], error_at, parse_absence(absence_errors[-1]))
     failed_at = error_at if error_at is not None else outcome.exited_at
     if outcome.signalled_at is not None and failed_at >= outcome.signalled_at:
         return Failure(outcome, "stopped", error, failed_at)
@@ -215,8 +241,17 @@ class Summary:
                     sets.append(peer.set_text())
         return sets
 
+    def not_called(self, rank):
+        """(the call, whether its process had ended) that a TimeoutError says
+        `rank` had not made when its peers gave up waiting, or None."""
+        for failure in self.failures.values():
+            if failure.peer is not None and rank in failure.peer.not_called:
+                return failure.peer.not_called[rank]
+        return None
+
     def named_missing(self):
-        """Ranks that the PeerFailureErrors name as missing, in order."""
+        """Ranks that the PeerFailureErrors name as missing (or the
+        TimeoutErrors as absent), in order."""
         ranks = []
         for failure in self.failures.values():
             for rank in (failure.peer.missing if failure.peer else ()):
@@ -238,9 +273,17 @@ class Summary:
         lines.append(self._verdict())
         return lines
 
+    def _exit_text(self, rank):
+        """'exited with code 3', with ' before calling hvd.init()' where a
+        peer's TimeoutError says the process had ended without that call."""
+        text = describe_exit(self.outcomes[rank].code)
+        absent = self.not_called(rank)
+        if absent is not None and absent[1]:
+            text += f" before calling {absent[0]}"
+        return text
+
     def _status_line(self, rank):
-        outcome = self.outcomes[rank]
-        line = f"rank {rank} {describe_exit(outcome.code)}"
+        line = f"rank {rank} {self._exit_text(rank)}"
         failure = self.failures.get(rank)
         if failure is None:
             return line
@@ -249,7 +292,7 @@ class Summary:
         if failure is self.root:
             return f"{line}: the first rank to fail{where}"
         if failure.kind == "consequence":
-            return f"{line}: PeerFailureError because of {self._blamed(failure)}{where}"
+            return f"{line}: {failure.peer.kind} because of {self._blamed(failure)}{where}"
         if failure.kind == "stopped":
             return f"{line}: stopped by horarun"
         return f"{line}: {_short(failure.error)}{where}" if failure.error else line + where
@@ -275,14 +318,16 @@ class Summary:
         for failure in self.other_causes:
             if failure.rank not in same:
                 error = f": {_short(failure.error)}" if failure.error else ""
-                lines.append(f"rank {failure.rank} also failed: {describe_exit(failure.outcome.code)}{error}")
+                lines.append(f"rank {failure.rank} also failed: {self._exit_text(failure.rank)}{error}")
         by_error = collections.defaultdict(list)
         for failure in self.failures.values():
             if failure.kind == "consequence":
                 by_error[(self._blamed(failure), failure.error)].append(failure.rank)
         for (blamed, error), ranks in by_error.items():
             lines.append(f"{_rank_list(ranks)} failed because of {blamed}: {_short(error)}")
-        stopped = [f.rank for f in self.failures.values() if f.kind == "stopped"]
+        # A rank the others name as missing is reported as the cause instead.
+        missing = self.named_missing() if self.root is None else []
+        stopped = [f.rank for f in self.failures.values() if f.kind == "stopped" and f.rank not in missing]
         if stopped:
             lines.append(f"{_rank_list(stopped)} stopped by horarun after the failure")
         return lines
@@ -291,22 +336,36 @@ class Summary:
         root = self.root
         if root is not None:
             error = f": {_short(root.error)}" if root.error else ""
-            status = describe_exit(root.outcome.code)
+            status = self._exit_text(root.rank)
             if root.outcome.signalled_at is not None:
                 status += " when horarun stopped it"
             return f"rank {root.rank} {status} (the first rank to fail){error}"
         missing = self.named_missing()
         if missing:
-            states = []
-            for rank in missing:
-                outcome = self.outcomes.get(rank)
-                if outcome is None:
-                    states.append(f"rank {rank} (not started)")
-                elif outcome.signalled_at is not None and outcome.exited_at >= outcome.signalled_at:
-                    states.append(f"rank {rank} (still running; stopped by horarun)")
-                else:
-                    states.append(f"rank {rank} ({describe_exit(outcome.code)})")
-            return ("no rank failed on its own: the others' PeerFailureError names "
-                    f"{', '.join(states)}; it may have hung, ended early or run different code")
+            return "no rank failed on its own: " + "; ".join(self._missing_clauses(missing))
         first = min(self.failures.values(), key=lambda f: (f.outcome.exited_at, f.rank))
         return f"rank {first.rank} {describe_exit(first.outcome.code)} (the first rank to fail)"
+
+    def _missing_clauses(self, missing):
+        """What the verdict says of each rank the others' errors name, when
+        no rank failed on its own."""
+        absent = [rank for rank in missing if self.not_called(rank) is not None]
+        clauses = []
+        for rank in absent:
+            waiters = [f.rank for f in self.failures.values() if f.peer is not None and rank in f.peer.not_called]
+            clauses.append(f"rank {rank} had not called {self.not_called(rank)[0]} when {_rank_list(waiters)} "
+                           f"gave up waiting for it ({self._state(rank)})")
+        others = [rank for rank in missing if rank not in absent]
+        if others:
+            states = ", ".join(f"rank {rank} ({self._state(rank)})" for rank in others)
+            clauses.append(f"the others' PeerFailureError names {states}; it may have hung, ended early or "
+                           "run different code")
+        return clauses
+
+    def _state(self, rank):
+        outcome = self.outcomes.get(rank)
+        if outcome is None:
+            return "not started"
+        if outcome.signalled_at is not None and outcome.exited_at >= outcome.signalled_at:
+            return "still running; stopped by horarun"
+        return describe_exit(outcome.code)

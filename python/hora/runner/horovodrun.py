@@ -4,13 +4,14 @@
 
 Every flag of Horovod 0.28's horovodrun is accepted or refused by name:
 - flags with a meaning on hora map onto horarun's (-np, -H, --hostfile,
-  --start-timeout, --ssh-port, --mpi, --output-filename, ...) or onto the
+  --start-timeout, --ssh-port, --mpi, --output-filename, the timeline's
+  --timeline-filename and --timeline-mark-cycles, ...) or onto the
   HOROVOD_* variables hora reads (--fusion-threshold-mb, --cache-capacity,
   the stall check, --gloo-timeout-seconds);
 - flags that have no meaning on hora (tuning knobs of machinery hora does
   not have) are accepted, and one line on stderr says so, once per flag;
 - flags hora does not support yet (elastic training, jsrun, network
-  interfaces, --config-file, the timeline) stop with an error naming them.
+  interfaces, --config-file) stop with an error naming them.
 The shim package (compat/horovod) installs this as the `horovodrun` script.
 """
 
@@ -28,7 +29,6 @@ HOROVOD_VERSION = "0.28.1"   # the horovodrun whose flags these are
 NO_EFFECT = [
     (("--disable-cache",), 0, "hora runs no cached start-up checks"),
     (("--cycle-time-ms",), 1, "hora negotiates when work arrives, without a cycle"),
-    (("--timeline-mark-cycles", "--no-timeline-mark-cycles"), 0, "hora has no cycles to mark"),
     (("--hierarchical-allreduce", "--no-hierarchical-allreduce"), 0,
      "hora chooses its transports itself (shared memory within a host, Gloo or MPI between hosts)"),
     (("--hierarchical-allgather", "--no-hierarchical-allgather"), 0,
@@ -64,7 +64,6 @@ NOT_SUPPORTED = [
     (("--network-interface", "--network-interfaces"), 1,
      "choosing network interfaces: hora reaches each host at the address its name resolves to"),
     (("--config-file",), 1, "YAML configuration files; give the flags on the command line"),
-    (("--timeline-filename",), 1, "the timeline"),
 ]
 
 # Horovod's tuning flags that hora reads as HOROVOD_* variables:
@@ -144,6 +143,10 @@ def build_parser():
     parser.add_argument("--stall-check-warning-time-seconds", type=int)
     parser.add_argument("--stall-check-shutdown-time-seconds", type=int)
     parser.add_argument("--gloo-timeout-seconds", type=int)
+    parser.add_argument("--timeline-filename")
+    marks = parser.add_mutually_exclusive_group()
+    marks.add_argument("--timeline-mark-cycles", action="store_true", dest="timeline_mark_cycles")
+    marks.add_argument("--no-timeline-mark-cycles", action="store_false", dest="timeline_mark_cycles")
     for flags, nargs, reason in NO_EFFECT:
         parser.add_argument(*flags, action=_NoEffect, nargs=nargs, reason=reason, dest=argparse.SUPPRESS,
                             metavar="VALUE" if nargs else None, help=f"no effect on hora: {reason}")
@@ -161,7 +164,8 @@ def horarun_arguments(args):
     for flag, value in (("-H", args.hosts), ("--hostfile", args.hostfile),
                         ("--start-timeout", args.start_timeout), ("--ssh-port", args.ssh_port),
                         ("--ssh-identity-file", args.ssh_identity_file),
-                        ("--output-filename", args.output_filename), ("--mpi-args", args.mpi_args)):
+                        ("--output-filename", args.output_filename), ("--mpi-args", args.mpi_args),
+                        ("--timeline-filename", args.timeline_filename)):
         if value is not None:
             argv += [flag, str(value)]
     if args.use_mpi:
@@ -170,6 +174,8 @@ def horarun_arguments(args):
         argv.append("-v")
     if args.prefix_output_with_timestamp:
         argv.append("--prefix-output-with-timestamp")
+    if args.timeline_mark_cycles:
+        argv.append("--timeline-mark-cycles")
     return argv + ["--"] + list(args.command)
 
 

@@ -15,6 +15,12 @@ Unknown options, --help and --version: usage.py. At the end, horarun
 removes the shared-memory segments that the job recorded in its store and
 left on this machine (shm_leftovers.py). Ranks that share a host get
 OMP_NUM_THREADS=1 unless it is set (env.py).
+
+horarun tells the ranks, through its store, that it watches their processes
+and how each one ended (PROCESS_WATCH_KEY, process_key()), so that a rank
+waiting for a peer that never called hvd.init() can say whether that peer is
+alive. --timeline-filename and --monitor: see job_environment() and
+monitor.py.
 """
 
 import argparse
@@ -32,6 +38,7 @@ import time
 from hora.runner import env as rank_env
 from hora.runner import failures
 from hora.runner import hosts as host_list
+from hora.runner import monitor as job_monitor
 from hora.runner import mpi_run
 from hora.runner import shm_leftovers
 from hora.runner import usage
@@ -44,6 +51,13 @@ TERMINATE_GRACE_SECONDS = 5.0
 # ranks it broke, and should report its own error and status.
 STOP_DELAY_SECONDS = 1.0
 DEFAULT_START_TIMEOUT = 30.0
+# Read by the core (src/runtime/set_presence.h): set while horarun watches
+# the ranks' processes, and how rank r's process ended.
+PROCESS_WATCH_KEY = "hora.launcher.watch"
+
+
+def process_key(rank):
+    return f"hora.process.{rank}"
 
 
 class _RefusingParser(argparse.ArgumentParser):
@@ -67,9 +81,10 @@ def parse_args(argv, raise_errors=False):
     parser.add_argument("-H", "--hosts", help="hosts and their slots: a:4,b:4 (default: "
                                               "this machine with -np slots)")
     parser.add_argument("--hostfile", help="file with one 'host slots=N' per line")
-    parser.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT,
-                        help="seconds the ranks may take to reach each other and the "
-                             "rendezvous (default %(default)s); also the ssh connect timeout")
+    parser.add_argument("--start-timeout", type=float,
+                        help="seconds the ranks may take to reach each other and the rendezvous "
+                             f"(default: $HORA_START_TIMEOUT or $HOROVOD_START_TIMEOUT, else "
+                             f"{DEFAULT_START_TIMEOUT:g}); also the ssh connect timeout")
     parser.add_argument("--rendezvous-addr",
                         help="address remote ranks use to reach this machine (default: "
                              "the address that routes to the first remote host)")
@@ -86,9 +101,19 @@ def parse_args(argv, raise_errors=False):
                         help="also write each rank's output to DIR/rank.<rank>/stdout and stderr")
     parser.add_argument("--prefix-output-with-timestamp", action="store_true",
                         help="start every output line with the time it was printed")
+    parser.add_argument("--timeline-filename", metavar="PATH",
+                        help="record a timeline (Chrome trace) into PATH from hvd.init() on "
+                             "(HOROVOD_TIMELINE for every rank; relative to this directory)")
+    parser.add_argument("--timeline-mark-cycles", action="store_true",
+                        help="mark each batch of work in the timeline (HOROVOD_TIMELINE_MARK_CYCLES)")
+    parser.add_argument("--monitor", nargs="?", type=float, const=job_monitor.DEFAULT_INTERVAL,
+                        metavar="SECONDS",
+                        help="print every SECONDS (default %(const)g) one line per process set (ops/s, "
+                             "GB/s, slowest member, stalls) and a per-set summary at the end")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
+    argv = usage.with_optional_values(parser, argv)
     unknown = usage.first_unknown_option(parser, argv)
     if unknown is not None and not {"-h", "--help", "--version"} & set(argv):
         parser.error(usage.unknown_option_message(unknown))
@@ -107,8 +132,14 @@ def _checked(args, parser):
         parser.error("--keep-going needs horarun's own launcher; mpirun stops the job at the first failure")
     if args.hosts and args.hostfile:
         parser.error("give either -H or --hostfile, not both")
+    if args.start_timeout is None:
+        args.start_timeout = _start_timeout_from_environment(parser)
     if args.start_timeout <= 0:
         parser.error(f"--start-timeout must be positive, got {args.start_timeout}")
+    if args.monitor is not None and not 0 < args.monitor < float("inf"):
+        parser.error(f"--monitor takes a positive number of seconds, got {args.monitor:g}")
+    if args.monitor is not None and getattr(args, "mpi", False):
+        parser.error("--monitor needs horarun's own launcher; under --mpi horarun does not run the job's store")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error(f"--ssh-port must be a port number (1..65535), got {args.ssh_port}")
     try:
@@ -124,6 +155,34 @@ def _checked(args, parser):
     return args
 
 
+def _start_timeout_from_environment(parser):
+    """--start-timeout's default: the variable the ranks would read, else 30 s."""
+    for name in ("HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        text = os.environ.get(name, "").strip()
+        if text:
+            try:
+                return float(text)
+            except ValueError:
+                parser.error(f"{name}={text!r} is not a number of seconds")
+    return DEFAULT_START_TIMEOUT
+
+
+def job_environment(args):
+    """The variables horarun's options set for every rank: the timeline's
+    (a relative path made absolute here, where horarun runs) and the
+    monitor's publishing interval."""
+    variables = {}
+    if args.timeline_filename:
+        path = os.path.abspath(args.timeline_filename)
+        # Both names, so that the flag wins over either variable in horarun's environment.
+        variables.update(HORA_TIMELINE=path, HOROVOD_TIMELINE=path)
+    if args.timeline_mark_cycles:
+        variables.update(HORA_TIMELINE_MARK_CYCLES="1", HOROVOD_TIMELINE_MARK_CYCLES="1")
+    if args.monitor is not None:
+        variables[job_monitor.INTERVAL_VARIABLE] = f"{args.monitor:g}"
+    return variables
+
+
 def _outward_address(remote_host):
     """This machine's address on the route to `remote_host` (no packet is sent)."""
     try:
@@ -136,6 +195,15 @@ def _outward_address(remote_host):
 
 # Keeps the lines of different ranks whole on our stdout and stderr.
 _OUTPUT_LOCK = threading.Lock()
+
+
+def print_own_lines(lines):
+    """Prints horarun's own `lines` on stderr, each after 'horarun: ',
+    between the ranks' lines."""
+    with _OUTPUT_LOCK:
+        for line in lines:
+            print(f"horarun: {line}", file=sys.stderr)
+        sys.stderr.flush()
 
 
 class _OutputForwarder:
@@ -299,11 +367,12 @@ def rendezvous_address(args):
 class Job:
     """Starts every rank, then waits for them: the first failure or a signal
     to horarun stops the rest. run() returns horarun's exit status.
-    `extra_env` is added to every rank's environment."""
+    `extra_env` is added to every rank's environment, after the variables
+    of horarun's options (job_environment())."""
 
     def __init__(self, args, extra_env=None):
         self.args = args
-        self.extra_env = dict(extra_env or {})
+        self.extra_env = {**job_environment(args), **(extra_env or {})}
         self.placements = args.placements
         self.local_only = all(host_list.is_local(p.host) for p in self.placements)
         self.thread_default = rank_env.thread_default(self.placements, {**os.environ, **self.extra_env})
@@ -312,10 +381,15 @@ class Job:
         self.exits = queue.Queue()
         self.received_signal = None
         self.kill_deadline = None
+        self.server = None
+        self.monitor = None
 
     def run(self):
         bind, address = rendezvous_address(self.args)
-        server = RendezvousServer(bind, 0, self.secret).start()
+        server = self.server = RendezvousServer(bind, 0, self.secret).start()
+        server.set_value(PROCESS_WATCH_KEY, "1")
+        if self.args.monitor is not None:
+            self.monitor = job_monitor.JobMonitor(server, self.args.monitor, print_own_lines)
         watchdog = _Watchdog()
         if self.thread_default:
             print(rank_env.THREADS_NOTE, file=sys.stderr, flush=True)
@@ -324,8 +398,12 @@ class Job:
                 if self.received_signal is not None:
                     return 128 + self.received_signal
                 self.ranks.append(self._start_rank(placement, address, server.port, watchdog.watch))
+            if self.monitor is not None:
+                self.monitor.start()
             return self._supervise()
         finally:
+            if self.monitor is not None:
+                self.monitor.stop()
             self._stop_ranks(signal.SIGKILL)
             watchdog.release()
             self._remove_leftover_segments(server)
@@ -402,6 +480,7 @@ class Job:
             except queue.Empty:
                 continue
             running -= 1
+            self.server.set_value(process_key(rank.rank), describe_exit(code))
             if self.args.verbose:
                 print(f"horarun: rank {rank.rank} {describe_exit(code)}",
                       file=sys.stderr, flush=True)
@@ -411,14 +490,14 @@ class Job:
                     stop_at = time.monotonic() + STOP_DELAY_SECONDS
         for rank in self.ranks:
             rank.join_output(timeout=2.0)
+        if self.monitor is not None:
+            self.monitor.stop()
+            print_own_lines(self.monitor.summary_lines())
         if self.received_signal is not None:
-            print(f"horarun: stopped by signal {self.received_signal}", file=sys.stderr, flush=True)
+            print_own_lines([f"stopped by signal {self.received_signal}"])
             return 128 + self.received_signal
         summary = failures.Summary([rank.outcome() for rank in self.ranks])
-        with _OUTPUT_LOCK:
-            for line in summary.lines(self.args.keep_going):
-                print(f"horarun: {line}", file=sys.stderr)
-            sys.stderr.flush()
+        print_own_lines(summary.lines(self.args.keep_going))
         return summary.exit_status()
 
     def _begin_stopping(self, signum):
@@ -444,7 +523,7 @@ class Job:
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.mpi:
-        return mpi_run.run(args)
+        return mpi_run.run(args, extra_env=job_environment(args))
     job = Job(args)
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -255,6 +255,19 @@ class RendezvousServer:
         for _, thread in connections:
             thread.join(timeout=5)
 
+    def set_value(self, key, value):
+        """Sets `key` (str or bytes) to `value` in the served data, as a
+        client's SET would: for the process that runs the server."""
+        with self._changed:
+            self._data[_to_bytes(key)] = _to_bytes(value)
+            self._changed.notify_all()
+
+    def values_of_keys_starting_with(self, prefix):
+        """{key: value} (bytes) for every key that starts with `prefix`."""
+        prefix = _to_bytes(prefix)
+        with self._changed:
+            return {key: value for key, value in self._data.items() if key.startswith(prefix)}
+
     def values_of_keys_ending_with(self, suffix):
         """The values of every key that ends with `suffix` (str or bytes)."""
         suffix = _to_bytes(suffix)

@@ -10,8 +10,9 @@ import importlib.metadata
 ENVIRONMENT = [
     ("HORA_OP_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS",
      "how long an op waits for the set's members; then the set breaks", "600"),
-    ("HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT", "world rendezvous timeout in seconds",
-     "horarun's --start-timeout; 120 without horarun"),
+    ("HORA_START_TIMEOUT", "HOROVOD_START_TIMEOUT", "world rendezvous timeout in seconds (under horarun, the "
+     "default of --start-timeout, whose value the ranks then get)",
+     "horarun's --start-timeout (30); 120 without horarun"),
     ("HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS",
      "warn about ops some members have not submitted after this long", "60"),
     ("HORA_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", "1: no stall warnings", "0"),
@@ -29,6 +30,8 @@ ENVIRONMENT = [
      "none"),
     ("HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "1: mark each batch of work in the timeline",
      "0"),
+    ("HORA_MONITOR_INTERVAL", None, "publish this rank's per-set counters to horarun's store every this many "
+     "seconds (horarun --monitor sets it)", "none"),
     ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
      "memory (tests simulate several hosts on one)", "empty"),
 ]
@@ -44,6 +47,8 @@ examples:
   horarun -np 4 python train.py
   horarun -np 8 -H a:4,b:4 python train.py
   horarun --keep-going -np 4 python hpo.py        # other process sets finish after a failure
+  horarun --monitor -np 4 python multitask.py     # a line per process set every 2 s, a summary at the end
+  horarun --timeline-filename trace.json -np 4 python train.py
   HORA_OP_TIMEOUT_SECONDS=60 horarun -np 4 python train.py
 """
 
@@ -69,7 +74,40 @@ def epilog():
 
 
 def _takes_value(action):
-    return action.nargs is None or action.nargs not in (0, "?")
+    """Whether the option's next word is its value (for an optional value,
+    once with_optional_values() has given it one)."""
+    return action.nargs != 0
+
+
+def _value_fits(action, word):
+    try:
+        (action.type or str)(word)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def with_optional_values(parser, argv):
+    """`argv` where an option with an optional value (--monitor [SECONDS])
+    that stands before the command without one gets its default attached
+    (--monitor=2), so that argparse does not take the command's first word
+    for its value."""
+    known = parser._option_string_actions
+    argv = list(argv)
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--" or not token.startswith("-") or token == "-":
+            break
+        action = known.get(token)
+        if action is not None and action.nargs == "?":
+            following = argv[index + 1] if index + 1 < len(argv) else None
+            if following is None or not _value_fits(action, following):
+                argv[index] = f"{token}={action.const}"
+        index += 1
+        if action is not None and _takes_value(action) and "=" not in argv[index - 1]:
+            index += 1
+    return argv
 
 
 def first_unknown_option(parser, argv):
