@@ -496,10 +496,10 @@ void ProgressEngine::run_op(const Response& response, std::vector<TensorEntry>& 
   run_collective(response, entries, times);
   times.end = Clock::now();
   last_run_.store(times.end.time_since_epoch().count());
-  std::vector<telemetry::RunTensor> tensors;
-  tensors.reserve(entries.size());
-  for (const TensorEntry& entry : entries) tensors.push_back({&entry.request, entry.submitted, !entry.stand_in, entry.lane});
-  telemetry_.executed(response.op, tensors, times);
+  run_tensors_.clear();
+  for (const TensorEntry& entry : entries)
+    run_tensors_.push_back({&entry.request, entry.submitted, !entry.stand_in, entry.lane});
+  telemetry_.executed(response.op, run_tensors_, times);
 }
 
 void ProgressEngine::run_collective(const Response& response, std::vector<TensorEntry>& entries,

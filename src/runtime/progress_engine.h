@@ -211,6 +211,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   // Engine thread only (until joined).
   std::optional<SetFailure> failure_;  // set when the set breaks; ends serve()
   std::vector<TensorEntry> running_;   // the op being executed
+  std::vector<telemetry::RunTensor> run_tensors_;  // executor: running_ as telemetry sees it
   std::vector<bool> closed_;           // coordinator: members whose control connection closed
   std::vector<bool> reported_;         // coordinator: members that reported a failure
   std::chrono::milliseconds inspection_interval_{0};

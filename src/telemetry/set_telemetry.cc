@@ -96,9 +96,11 @@ void SetTelemetry::cache_lookup(bool hit) {
 }
 
 void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, const OpTimes& times) {
-  const std::string kind = op_type_name(op);
+  const auto kind = static_cast<size_t>(op);
   const bool fused = set(times.packed) && set(times.transported);
-  std::vector<Clock::time_point> agreed(tensors.size());
+  const bool recording = timeline_on();
+  std::vector<Clock::time_point> agreed;
+  if (recording) agreed.resize(tensors.size());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++metrics_.responses;
@@ -106,18 +108,19 @@ void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, co
       const RunTensor& t = tensors[i];
       if (!t.own) continue;
       ++metrics_.tensors;
-      ++metrics_.ops[kind];
-      metrics_.bytes[kind] += static_cast<int64_t>(t.request->byte_size());
+      ++ops_[kind];
+      bytes_[kind] += static_cast<int64_t>(t.request->byte_size());
       if (set(t.submitted)) metrics_.negotiation_seconds += seconds_between(t.submitted, times.start);
+      if (agreed_.empty()) continue;
       if (auto it = agreed_.find(t.request->name); it != agreed_.end()) {
-        agreed[i] = it->second;
+        if (recording) agreed[i] = it->second;
         agreed_.erase(it);
       }
     }
     metrics_.transport_seconds +=
         fused ? seconds_between(times.packed, times.transported) : seconds_between(times.start, times.end);
   }
-  if (!timeline_on()) return;
+  if (!recording) return;
   std::string names;
   for (const RunTensor& t : tensors) names += (names.empty() ? "\"" : ", \"") + json_escaped(t.request->name) + "\"";
   const std::string phase = phase_name(op);
@@ -178,7 +181,14 @@ void SetTelemetry::cycle() {
 
 SetMetrics SetTelemetry::metrics() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return metrics_;
+  SetMetrics out = metrics_;
+  for (int op = 0; op < kNumOpTypes; ++op) {
+    if (ops_[op] == 0) continue;
+    const char* kind = op_type_name(static_cast<OpType>(op));
+    out.ops[kind] = ops_[op];
+    out.bytes[kind] = bytes_[op];
+  }
+  return out;
 }
 
 }  // namespace hora::telemetry

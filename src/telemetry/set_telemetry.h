@@ -15,6 +15,7 @@
 // any thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -97,8 +98,12 @@ class SetTelemetry {
   std::unordered_map<std::string, Negotiation> negotiating_;   // engine thread
   std::unordered_map<std::string, Clock::time_point> agreed_;  // guarded by mutex_
 
+  // Counted per op kind in arrays, so that an op costs no string or map
+  // work; metrics() names the kinds.
   mutable std::mutex mutex_;
-  SetMetrics metrics_;
+  SetMetrics metrics_;  // everything but ops and bytes
+  std::array<int64_t, kNumOpTypes> ops_{};
+  std::array<int64_t, kNumOpTypes> bytes_{};
 };
 
 // "ALLREDUCE", "NEGOTIATE_ALLREDUCE": the names Horovod's timeline uses.
