@@ -187,3 +187,32 @@ def ensemble_figure(members, ensemble_accuracy):
     curves.set_title("each member's test loss")
     curves.legend()
     return figure
+
+
+def rates(samples):
+    """Throughput between consecutive samples of a set's counters
+    (``samples``: (seconds, bytes, ops) with bytes and ops running totals),
+    as (seconds at the interval's end, GB/s, ops/s)."""
+    out = []
+    for (t0, bytes0, ops0), (t1, bytes1, ops1) in zip(samples, samples[1:]):
+        if t1 > t0:
+            out.append((t1, (bytes1 - bytes0) / (t1 - t0) / 1e9, (ops1 - ops0) / (t1 - t0)))
+    return out
+
+
+def throughput_figure(series, title):
+    """Each set's throughput over time, GB/s above and ops/s below, one line
+    per set (``series``: label -> samples, as for ``rates``)."""
+    figure, (volume, count) = _new_figure(title, width=10, height=6, nrows=2, sharex=True)
+    for index, (label, samples) in enumerate(series.items()):
+        points = rates(samples)
+        seconds = [t for t, _, _ in points]
+        volume.plot(seconds, [gbps for _, gbps, _ in points], color=color(index), marker=".", label=label)
+        count.plot(seconds, [ops for _, _, ops in points], color=color(index), marker=".", label=label)
+    volume.set_ylabel("GB/s (payload per rank)")
+    count.set_ylabel("ops/s")
+    count.set_xlabel("seconds since training started")
+    volume.set_ylim(bottom=0)
+    count.set_ylim(bottom=0)
+    volume.legend()
+    return figure

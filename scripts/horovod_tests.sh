@@ -1,55 +1,83 @@
 #!/usr/bin/env bash
-# Runs Horovod's own PyTorch test suite (test/parallel/test_torch.py) on hora
-# through the `horovod` compatibility package, at each rank count and on each
-# backend, and prints one summary line per run (from the JUnit reports that
-# every rank writes).
+# Runs one of Horovod's own test suites on hora through the `horovod`
+# compatibility package, at each rank count and on each backend, and prints
+# one summary line per run (from the JUnit reports that every rank writes):
+# torch (test/parallel/test_torch.py, the default), tensorflow (the
+# TensorFlow 2 part of test/parallel/test_tensorflow.py: each test in eager
+# mode; the file also runs each in TensorFlow 1 graph mode, which a
+# conftest.py written next to it turns off) or keras
+# (test/parallel/test_tensorflow2_keras.py). --legacy-keras runs the
+# TensorFlow suites with tf.keras as Keras 2 (TF_USE_LEGACY_KERAS=1; needs
+# tf_keras, which scripts/setup.sh installs) instead of Keras 3.
 #
-#   scripts/horovod_tests.sh HOROVOD_CHECKOUT [--np "2 4"] [--backends "gloo mpi"] [-- PYTEST_ARGS...]
+#   scripts/horovod_tests.sh HOROVOD_CHECKOUT [--suite torch|tensorflow|keras] [--legacy-keras]
+#                            [--np "2 4"] [--backends "gloo mpi"] [-- PYTEST_ARGS...]
 #
 # HOROVOD_CHECKOUT is a directory holding Horovod's test/parallel and
 # test/utils. Nothing from it is copied into this repository: the tests run
 # from a scratch directory under build/horovod-tests, where the reports stay.
 # Needs the build (`make build`); installs the compatibility package and the
-# test suite's own dependencies (mock, packaging) into .venv.
+# test suite's own dependencies (mock, packaging, parameterized) into .venv.
 #
 # A test that fails for a reason that fails it on Horovod as well (listed in
 # EXPECTED below and in docs/compat.md) counts as an expected failure only
-# when its error message shows that reason; any other failure fails the run.
+# when its error message shows that reason; so does a test of a feature hora
+# does not have (UNSUPPORTED, also listed there), counted apart. Any other
+# failure fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PYTHON="$REPO/.venv/bin/python"
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 CHECKOUT=$1; shift
 NPS="2 4"
 BACKENDS="gloo mpi"
+SUITE=torch
+LABEL_SUFFIX=
 while [ $# -gt 0 ]; do
   case $1 in
+    --suite) SUITE=$2; shift 2 ;;
+    --legacy-keras) export TF_USE_LEGACY_KERAS=1; LABEL_SUFFIX=-keras2; shift ;;
     --np) NPS=$2; shift 2 ;;
     --backends) BACKENDS=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "horovod_tests: unknown option $1" >&2; usage ;;
   esac
 done
-for part in test/parallel/test_torch.py test/utils/common.py; do
+case $SUITE in
+  torch) TEST_FILE=test_torch.py ;;
+  tensorflow) TEST_FILE=test_tensorflow.py ;;
+  keras) TEST_FILE=test_tensorflow2_keras.py ;;
+  *) echo "horovod_tests: unknown suite $SUITE" >&2; usage ;;
+esac
+for part in "test/parallel/$TEST_FILE" test/utils/common.py; do
   [ -f "$CHECKOUT/$part" ] || { echo "horovod_tests: $CHECKOUT has no $part" >&2; exit 2; }
 done
 [ -x "$PYTHON" ] || { echo "horovod_tests: no .venv; run make build first" >&2; exit 2; }
 
 "$PYTHON" -m pip install -q --no-deps ./compat/horovod
-"$PYTHON" -m pip install -q mock packaging
+"$PYTHON" -m pip install -q mock packaging parameterized
 
 WORK="$REPO/build/horovod-tests"
 rm -rf "$WORK/test"
 mkdir -p "$WORK/test"
 cp -r "$CHECKOUT/test/parallel" "$CHECKOUT/test/utils" "$WORK/test/"
+if [ "$SUITE" = tensorflow ]; then
+  # test_tensorflow.py runs every test twice through test_util's
+  # run_all_in_graph_and_eager_modes: in TensorFlow 1 graph mode (sessions)
+  # and in eager mode. Keep the TensorFlow 2 run only.
+  cat >"$WORK/test/parallel/conftest.py" <<'CONFTEST'
+from tensorflow.python.framework import test_util
+test_util.run_all_in_graph_and_eager_modes = lambda cls: cls
+CONFTEST
+fi
 
 status=0
 for backend in $BACKENDS; do
   for np in $NPS; do
-    out="$WORK/$backend-np$np"
+    out="$WORK/$SUITE$LABEL_SUFFIX-$backend-np$np"
     rm -rf "$out" && mkdir -p "$out"
     launcher=()
     [ "$backend" = mpi ] && launcher=(--mpi)
@@ -57,25 +85,56 @@ for backend in $BACKENDS; do
     # environment. The reports, not the exit status, decide the outcome.
     (cd "$WORK/test/parallel" &&
       timeout 3600 "$REPO/.venv/bin/horarun" "${launcher[@]}" -np "$np" bash -c \
-        'exec "$0" -m pytest -q -p no:cacheprovider --junitxml="$1/rank-${HOROVOD_RANK:-${OMPI_COMM_WORLD_RANK:-0}}.xml" test_torch.py "${@:2}"' \
-        "$PYTHON" "$out" "$@" >"$out/output.log" 2>&1) ||
-      echo "$backend np=$np: horarun exited with status $? (pytest exits 1 for any failure, expected ones too)"
-    "$PYTHON" - "$backend" "$np" "$out" <<'PY' || status=1
+        'exec "$0" -m pytest -q -p no:cacheprovider --junitxml="$1/rank-${HOROVOD_RANK:-${OMPI_COMM_WORLD_RANK:-0}}.xml" "$2" "${@:3}"' \
+        "$PYTHON" "$out" "$TEST_FILE" "$@" >"$out/output.log" 2>&1) ||
+      echo "$SUITE$LABEL_SUFFIX $backend np=$np: horarun exited with status $? (pytest exits 1 for any failure, expected ones too)"
+    "$PYTHON" - "$SUITE" "$backend" "$np" "$out" "$LABEL_SUFFIX" <<'PY' || status=1
 import glob, sys
 import xml.etree.ElementTree as ET
-backend, np, out = sys.argv[1:]
+suite, backend, np, out, suffix = sys.argv[1:]
 reports = sorted(glob.glob(f"{out}/rank-*.xml"))
 if len(reports) != int(np):
     print(f"{backend} np={np}: {len(reports)} of {np} ranks wrote a report; see {out}/output.log")
     sys.exit(1)
-# Tests that fail on Horovod too with torch 2.13: name -> (text their error
-# must contain, why). They build every torch.optim optimizer for a model with
-# 1-D parameters (biases), and torch 2.13's Muon refuses those.
+# Tests that fail on Horovod too, with the framework versions installed here:
+# name -> (text their error must contain, why). The torch ones build every
+# torch.optim optimizer for a model with 1-D parameters (biases), and torch
+# 2.13's Muon refuses those; the TensorFlow ones use what TensorFlow 2.21 and
+# Keras 3 removed.
 MUON = ("Muon only supports 2D parameters", "torch 2.13's Muon optimizer refuses the test model's 1-D parameters")
-EXPECTED = {"test_broadcast_state": MUON, "test_broadcast_state_options": MUON, "test_force_allreduce": MUON}
+REF = ("object has no attribute 'ref'", "Keras 3 variables have no ref(), by which the test keys gradients")
+EXPECTED = {
+    "torch": {"test_broadcast_state": MUON, "test_broadcast_state_options": MUON, "test_force_allreduce": MUON},
+    "tensorflow": {
+        "test_horovod_syncbn_cpu": ("passed to BatchNormalization: {'fused'",
+                                    "Keras 3's BatchNormalization has no fused= (the test's reference layer uses it)"),
+        "test_partial_distributed_gradient_tape": REF,
+    },
+    "keras": {
+        "test_broadcast_global_variables_callback_with_local_vars": REF,
+        "test_partial_distributed_optimizer": REF,
+        **{name: ("missing 1 required positional argument: 'learning_rate'",
+                  "Keras 3 optimizers need learning_rate=; the test's Optimizer subclass passes none and "
+                  "implements Keras 2's update_step(gradient, variable)")
+           for name in ("test_gradient_aggregation_0", "test_gradient_aggregation_1",
+                        "test_gradient_aggregation_with_local_vars_0", "test_gradient_aggregation_with_local_vars_1")},
+        "test_legacy_optimizer": ("optimizers.legacy` is not supported in Keras 3",
+                                  "Keras 3 has no keras.optimizers.legacy"),
+        "test_sparse_as_dense": ("not recognized: {'lr'", "Keras 3 optimizers take learning_rate=, not lr="),
+        "test_sparse_as_dense_with_grad_aggregation": ("not recognized: {'lr'",
+                                                       "Keras 3 optimizers take learning_rate=, not lr="),
+        "test_train_model_lr_schedule": ("has no attribute 'mean_squared_error'",
+                                         "Keras 3's tf.keras.losses has no mean_squared_error (the test also uses "
+                                         "ThresholdedReLU, compile(experimental_run_tf_function=) and optimizer.lr, "
+                                         "all removed)"),
+    },
+}[suite]
+# Tests of features hora does not have (yet): name -> (text, what).
+ELASTIC = ("elastic", "hora has no elastic training (horovod.tensorflow.elastic, KerasState)")
+UNSUPPORTED = {"tensorflow": {"test_elastic_state": ELASTIC}, "keras": {"test_elastic_state": ELASTIC}}.get(suite, {})
 bad = 0
 for path in reports:
-    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "expected": 0}
+    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "expected": 0, "unsupported": 0}
     problems = []
     for case in ET.parse(path).getroot().iter("testcase"):
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
@@ -85,12 +144,16 @@ for path in reports:
         if kind == "failed" and name in EXPECTED and EXPECTED[name][0] in text:
             kind = "expected"
             problems.append(f"{name} (expected failure: {EXPECTED[name][1]})")
+        elif kind == "failed" and name in UNSUPPORTED and UNSUPPORTED[name][0] in text:
+            kind = "unsupported"
+            problems.append(f"{name} (not supported: {UNSUPPORTED[name][1]})")
         elif kind in ("failed", "error"):
             problems.append(f"{name} ({kind}: {(outcome.get('message') or '').splitlines()[0][:200] if outcome.get('message') else ''})")
         counts[kind] += 1
     rank = path.rsplit("-", 1)[1].split(".")[0]
-    print(f"{backend} np={np} rank {rank}: {counts['passed']} passed, {counts['failed']} failed, "
-          f"{counts['error']} errors, {counts['skipped']} skipped, {counts['expected']} expected failures")
+    print(f"{suite}{suffix} {backend} np={np} rank {rank}: {counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['error']} errors, {counts['skipped']} skipped, {counts['expected']} expected failures, "
+          f"{counts['unsupported']} unsupported")
     for problem in problems:
         print(f"    {problem}")
     bad += counts["failed"] + counts["error"]

@@ -12,9 +12,12 @@ DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clan
 # without MPI and its MPI tests are skipped.
 OPTIONAL_DEBIAN_PACKAGES=(libopenmpi-dev openmpi-bin)
 VENV=.venv
-# distribution name, pip requirement, required version prefix ("" for any)
+# distribution name, pip requirement, required version prefix ("" for any).
+# tensorflow-cpu brings Keras 3; hora.tensorflow is not compiled against it
+# (installing it into an existing .venv took 20 s here).
 PYTHON_PACKAGES=(
   "torch torch==2.13.0 2.13.0"
+  "tensorflow-cpu tensorflow-cpu==2.21.0 2.21.0"
   "numpy numpy "
   "cloudpickle cloudpickle "
   "pytest pytest "
@@ -24,6 +27,12 @@ PYTHON_PACKAGES=(
   "scikit-build-core scikit-build-core "
   "cmake cmake "
   "ninja ninja "
+)
+# tf_keras (Keras 2, which tf.keras becomes under TF_USE_LEGACY_KERAS=1)
+# requires the distribution "tensorflow"; tensorflow-cpu provides the same
+# module, so it goes in without its dependencies.
+NO_DEPS_PYTHON_PACKAGES=(
+  "tf-keras tf-keras==2.21.0 2.21.0"
 )
 
 missing_debian_packages() {
@@ -59,10 +68,11 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
 }
 
-# Prints the pip requirements of the packages the venv lacks (by installed
-# version metadata, which is quick: nothing is imported).
+# Prints the pip requirements of the packages (lines of the arguments) the
+# venv lacks (by installed version metadata, which is quick: nothing is
+# imported).
 missing_python_packages() {
-  printf '%s\n' "${PYTHON_PACKAGES[@]}" | "$VENV/bin/python" -c '
+  printf '%s\n' "$@" | "$VENV/bin/python" -c '
 import importlib.metadata, sys
 for line in sys.stdin:
     dist, requirement, *prefix = line.split()
@@ -81,9 +91,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV"
   python3 -m venv "$VENV"
 fi
-missing=$(missing_python_packages | paste -sd ' ' -)
+missing=$(missing_python_packages "${PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
 if [ -n "$missing" ]; then
   echo "setup: installing into $VENV: $missing"
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install $missing
+fi
+missing=$(missing_python_packages "${NO_DEPS_PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
+if [ -n "$missing" ]; then
+  echo "setup: installing into $VENV without dependencies: $missing"
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install --no-deps $missing
 fi

@@ -122,7 +122,8 @@ void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, co
   }
   if (!recording) return;
   std::string names;
-  for (const RunTensor& t : tensors) names += (names.empty() ? "\"" : ", \"") + json_escaped(t.request->name) + "\"";
+  for (const RunTensor& t : tensors)
+    names += (names.empty() ? "\"" : ", \"") + json_escaped(row_of(op, t.request->name)) + "\"";
   const std::string phase = phase_name(op);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const RunTensor& t = tensors[i];

@@ -165,3 +165,24 @@ def mpi_threads_supported():
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
     return _core.mpi_threads_supported()
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def is_homogeneous():
+    """True: every host runs the same number of ranks (horarun places them so)."""
+    return True

@@ -23,7 +23,7 @@ LAST_PORT = 65535
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (metric, type, help, key in the metrics dict). Families by op kind and
-# by member are written apart (_by_key_families).
+# by member are written apart (_BY_KEY_FAMILIES).
 _SCALAR_FAMILIES = (
     ("hora_negotiation_seconds_total", "counter",
      "Seconds from each op's submission on this rank to its start, summed.", "negotiation_seconds"),

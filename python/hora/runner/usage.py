@@ -32,6 +32,8 @@ ENVIRONMENT = [
      "0"),
     ("HORA_MONITOR_INTERVAL", None, "publish this rank's per-set counters to horarun's store every this many "
      "seconds (horarun --monitor sets it)", "none"),
+    ("HORA_METRICS_PORT", None, "serve each rank's per-set counters in the Prometheus text format on this port "
+     "plus its local rank (docs/observability.md)", "none"),
     ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
      "memory (tests simulate several hosts on one)", "empty"),
 ]

@@ -1,11 +1,15 @@
 """Lifecycle, topology and build queries of ``hora.torch``, with Horovod's names."""
 
 from hora.common.basics import (  # noqa: F401
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -14,28 +18,8 @@ from hora.common.basics import (  # noqa: F401
     mpi_threads_supported,
     nccl_built,
     rank,
+    rocm_built,
     shutdown,
     size,
 )
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def cuda_built():
-    return False
-
-
-def rocm_built():
-    return False
-
-
-def is_homogeneous():
-    """True: every host runs the same number of ranks (horarun places them so)."""
-    return True
-
+from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401

@@ -3,51 +3,12 @@
 
 import torch
 
+from hora.common.compression import (  # noqa: F401
+    Compressor,
+    NoneCompressor,
+    compression_algorithms,
+    fp16_compressor,
+)
 
-class Compressor:
-    """Turns a tensor into what travels (``compress``, which also returns the
-    context ``decompress`` needs) and back."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Sends floating-point tensors as float16 and restores their dtype;
-    other dtypes travel unchanged."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, tensor.dtype
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        if ctx is not None and ctx.is_floating_point:
-            return tensor.to(ctx)
-        return tensor
-
-
-class Compression:
-    """The compression algorithms ``allreduce`` and ``DistributedOptimizer`` accept."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
+FP16Compressor = fp16_compressor(lambda dtype: dtype.is_floating_point, lambda t, dtype: t.to(dtype), torch.float16)
+Compression = compression_algorithms(FP16Compressor, "``allreduce`` and ``DistributedOptimizer``")

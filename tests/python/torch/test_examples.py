@@ -17,7 +17,7 @@ sys.path.insert(0, EXAMPLES)
 import plots  # noqa: E402  (examples/plots.py: matplotlib only)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TORCH_EXAMPLES = ("multitask", "hpo", "ensemble", "ab_test", "finetune")
+TORCH_EXAMPLES = ("multitask", "hpo", "ensemble", "ab_test", "finetune", "set_throughput")
 
 
 def run_example(name, tmp_path, steps):
@@ -77,6 +77,21 @@ def test_finetune_counts_the_tasks_it_won(tmp_path):
     assert re.search(r"\[fine-tune 3 .*\] final: test MSE", stdout)
     won = re.search(r"fine-tune beat scratch in (\d) of 4 tasks", stdout).group(0)
     assert won in title
+
+
+def test_set_throughput_counts_each_sets_traffic(tmp_path):
+    steps = 30
+    stdout, title = run_example("set_throughput", tmp_path, steps=steps)
+    # What each set moved, from hvd.metrics(): every gradient, every step.
+    for task, tensors, step_bytes in (("wide model", 4, 4 * (256 * 1024 + 1024 + 1024 + 1)),
+                                      ("deep model", 34, 4 * (16 * 64 + 64 + 15 * (64 * 64 + 64) + 64 + 1))):
+        found = re.search(rf"^\[\d\]:\[{task}\] {steps} steps in [0-9.]+ s: ([0-9.]+) MB in (\d+) ops, "
+                          rf"([0-9.]+ GB/s, \d+ ops/s)", stdout, re.MULTILINE)
+        assert found, stdout
+        assert int(found.group(2)) == tensors * steps
+        assert float(found.group(1)) == pytest.approx(step_bytes * steps / 1e6, abs=0.05)
+        assert f"{task}, set " in title and found.group(3) in title
+    assert title.startswith("Two process sets training side by side on 4 ranks")
 
 
 def test_an_example_refuses_a_bad_step_count(tmp_path):
@@ -177,3 +192,25 @@ def test_curves_figure_draws_one_line_per_task():
     assert legend_texts(axes) == ["a", "b"]
     assert axes.get_yscale() == "log" and axes.get_ylabel() == "MSE"
     assert plots.title_of(figure) == "Two tasks — result"
+
+
+def test_rates_between_samples():
+    samples = [(0.0, 0, 0), (0.5, 1e9, 100), (1.0, 1e9, 100), (1.0, 2e9, 150), (2.0, 4e9, 350)]
+    # An interval of no time (two samples at once) gives no rate.
+    assert plots.rates(samples) == [(0.5, 2.0, 200.0), (1.0, 0.0, 0.0), (2.0, 2.0, 200.0)]
+
+
+def test_throughput_figure_draws_each_set_in_both_panels():
+    series = {"wide, set 1 [0, 2]": [(0.0, 0, 0), (0.2, 4e7, 160), (0.4, 8e7, 320)],
+              "deep, set 2 [1, 3]": [(0.0, 0, 0), (0.2, 2e6, 680), (0.4, 4e6, 1360), (0.6, 6e6, 2040)]}
+    figure = plots.throughput_figure(series, "Two sets\nresult")
+    volume, count = figure.axes
+    assert legend_texts(volume) == list(series)
+    assert [list(line.get_ydata()) for line in labelled_lines(volume)] == [pytest.approx([0.2, 0.2]),
+                                                                          pytest.approx([0.01, 0.01, 0.01])]
+    assert [list(line.get_ydata()) for line in labelled_lines(count)] == [pytest.approx([800.0, 800.0]),
+                                                                         pytest.approx([3400.0, 3400.0, 3400.0])]
+    assert [list(line.get_xdata()) for line in labelled_lines(count)] == [[0.2, 0.4], [0.2, 0.4, 0.6]]
+    colors = [line.get_color() for line in labelled_lines(volume)]
+    assert colors == [line.get_color() for line in labelled_lines(count)] and colors[0] != colors[1]
+    assert plots.title_of(figure) == "Two sets — result"

@@ -1,0 +1,3 @@
+"""``horovod.keras.callbacks`` on hora."""
+
+from hora.tensorflow.keras.callbacks import *  # noqa: F401,F403

@@ -1,0 +1,48 @@
+"""Known traffic on two process sets, then a pause while the test scrapes
+each rank's HORA_METRICS_PORT endpoint.
+
+    metrics_http.py OUTDIR
+
+Set 1 = [0, 1] runs ALLREDUCES allreduces of ALLREDUCE_BYTES bytes named
+"grad"; the global set runs BROADCASTS broadcasts of BROADCAST_BYTES bytes.
+Each rank then writes OUTDIR/ready.<rank> (the port it serves on) and waits
+for OUTDIR/go, prints ``RESULT <json>`` (hvd.metrics() of its sets, the
+same moment the test scraped), shuts down and says whether its port still
+answers.
+"""
+
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+import hora.numpy as hvd
+from hora.common import metrics_http
+
+ALLREDUCES, ALLREDUCE_BYTES = 5, 4096
+BROADCASTS, BROADCAST_BYTES = 2, 64
+
+outdir = sys.argv[1]
+pair = hvd.ProcessSet([0, 1])
+hvd.init(process_sets=[pair])
+for _ in range(ALLREDUCES):
+    hvd.allreduce(np.ones(ALLREDUCE_BYTES // 4, np.float32), name="grad", process_set=pair)
+for _ in range(BROADCASTS):
+    hvd.broadcast(np.ones(BROADCAST_BYTES // 8, np.float64), root_rank=0, name="lr")
+
+port = metrics_http.serving_port()
+with open(os.path.join(outdir, f"ready.{hvd.rank()}.tmp"), "w") as f:
+    f.write(str(port))
+os.rename(os.path.join(outdir, f"ready.{hvd.rank()}.tmp"), os.path.join(outdir, f"ready.{hvd.rank()}"))
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join(outdir, "go")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+
+metrics = {str(set_id): found for set_id, found in hvd.metrics().items()}
+hvd.shutdown()
+with socket.socket() as probe:
+    answers = probe.connect_ex(("127.0.0.1", port)) == 0
+print("RESULT " + json.dumps({"port": port, "metrics": metrics, "answers_after_shutdown": answers}), flush=True)
