@@ -1,12 +1,18 @@
 # Build, test and run hora from a fresh clone: `make test`, `make demo`.
-# Everything Python runs from .venv (made by scripts/setup.sh); the C++ build
-# lives in build/, the Python extension's build in build/py.
+# Everything Python runs from .venv (hora.mxnet's tests from .venv-mxnet; both
+# made by scripts/setup.sh); the C++ build lives in build/, the Python
+# extension's build in build/py and its wheel in build/wheel.
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 BUILD := build
-# The stamp records that the package in .venv matches these sources.
+# MXNet 1.9 needs numpy<1.24: hora.mxnet's tests run in a venv of their own.
+MXNET_VENV := .venv-mxnet
+# The stamps record that the wheel in build/wheel, and the package in .venv
+# and in .venv-mxnet (the same wheel), match these sources.
+WHEEL_STAMP := $(BUILD)/wheel.stamp
 INSTALLED_STAMP := $(BUILD)/py-installed.stamp
+MXNET_INSTALLED_STAMP := $(BUILD)/py-mxnet-installed.stamp
 PACKAGE_INPUTS := $(shell find python bindings src include -type f \
                     -not -path '*/__pycache__/*' 2>/dev/null) CMakeLists.txt pyproject.toml
 
@@ -26,19 +32,30 @@ cpp: setup
 	  $(VENV)/bin/cmake -S . -B $(BUILD) -G Ninja -DHORA_BUILD_TESTS=ON
 	$(VENV)/bin/cmake --build $(BUILD)
 
-# The Python package with its extension, installed into .venv.
-python: $(INSTALLED_STAMP)
+# The Python package with its extension, built once as a wheel and installed
+# into .venv and .venv-mxnet (both are made by setup.sh's python3).
+python: $(INSTALLED_STAMP) $(MXNET_INSTALLED_STAMP)
 
-$(INSTALLED_STAMP): $(PACKAGE_INPUTS) $(VENV)/pyvenv.cfg | setup
-	$(PYTHON) -m pip install --no-build-isolation --no-deps .
-	@mkdir -p $(BUILD) && touch $@
+$(WHEEL_STAMP): $(PACKAGE_INPUTS) $(VENV)/pyvenv.cfg | setup
+	rm -rf $(BUILD)/wheel
+	$(PYTHON) -m pip wheel --no-build-isolation --no-deps -w $(BUILD)/wheel .
+	@touch $@
 
-$(VENV)/pyvenv.cfg:
+$(INSTALLED_STAMP): $(WHEEL_STAMP)
+	$(PYTHON) -m pip install --no-deps --force-reinstall $(BUILD)/wheel/hora-*.whl
+	@touch $@
+
+$(MXNET_INSTALLED_STAMP): $(WHEEL_STAMP) $(MXNET_VENV)/pyvenv.cfg
+	$(MXNET_VENV)/bin/python -m pip install --no-deps --force-reinstall $(BUILD)/wheel/hora-*.whl
+	@touch $@
+
+$(VENV)/pyvenv.cfg $(MXNET_VENV)/pyvenv.cfg:
 	scripts/setup.sh
 
 test: build fuzz
 	$(VENV)/bin/ctest --test-dir $(BUILD) --output-on-failure
 	$(PYTHON) -m pytest -q tests/python
+	$(MXNET_VENV)/bin/python -m pytest -q tests/python/mxnet
 
 # The libFuzzer targets in fuzz/ (clang), each for FUZZ_SECONDS.
 FUZZ_BUILD := build-fuzz

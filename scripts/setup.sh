@@ -34,6 +34,18 @@ PYTHON_PACKAGES=(
 NO_DEPS_PYTHON_PACKAGES=(
   "tf-keras tf-keras==2.21.0 2.21.0"
 )
+# MXNet's last release (1.9.1) needs numpy<1.24, so hora.mxnet is tested in a
+# virtual environment of its own; `make python` installs into it the wheel it
+# builds for .venv (nothing of hora is compiled against MXNet or numpy). wheel
+# lets this venv's older setuptools install the horovod shim (tests/python/mxnet).
+MXNET_VENV=.venv-mxnet
+MXNET_PYTHON_PACKAGES=(
+  "mxnet mxnet==1.9.1 1.9.1"
+  "numpy numpy==1.23.5 1.23.5"
+  "cloudpickle cloudpickle "
+  "pytest pytest "
+  "wheel wheel "
+)
 
 missing_debian_packages() {
   local package
@@ -68,11 +80,13 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
 }
 
-# Prints the pip requirements of the packages (lines of the arguments) the
-# venv lacks (by installed version metadata, which is quick: nothing is
-# imported).
+# Prints the pip requirements of the packages (lines of the arguments after
+# the first) that the venv (the first argument) lacks, by installed version
+# metadata, which is quick: nothing is imported.
 missing_python_packages() {
-  printf '%s\n' "$@" | "$VENV/bin/python" -c '
+  local venv=$1
+  shift
+  printf '%s\n' "$@" | "$venv/bin/python" -c '
 import importlib.metadata, sys
 for line in sys.stdin:
     dist, requirement, *prefix = line.split()
@@ -91,15 +105,25 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV"
   python3 -m venv "$VENV"
 fi
-missing=$(missing_python_packages "${PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
+missing=$(missing_python_packages "$VENV" "${PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
 if [ -n "$missing" ]; then
   echo "setup: installing into $VENV: $missing"
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install $missing
 fi
-missing=$(missing_python_packages "${NO_DEPS_PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
+missing=$(missing_python_packages "$VENV" "${NO_DEPS_PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
 if [ -n "$missing" ]; then
   echo "setup: installing into $VENV without dependencies: $missing"
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install --no-deps $missing
+fi
+if [ ! -x "$MXNET_VENV/bin/python" ]; then
+  echo "setup: creating $MXNET_VENV"
+  python3 -m venv "$MXNET_VENV"
+fi
+missing=$(missing_python_packages "$MXNET_VENV" "${MXNET_PYTHON_PACKAGES[@]}" | paste -sd ' ' -)
+if [ -n "$missing" ]; then
+  echo "setup: installing into $MXNET_VENV: $missing"
+  # shellcheck disable=SC2086
+  "$MXNET_VENV/bin/python" -m pip install $missing
 fi

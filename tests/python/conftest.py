@@ -1,3 +1,4 @@
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -8,6 +9,21 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
 REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def _installed(distribution):
+    # By metadata: a module search would find the test folder tests/python/mxnet.
+    try:
+        importlib.metadata.distribution(distribution)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+# MXNet 1.9 needs numpy<1.24: its tests run under .venv-mxnet's python (make
+# test runs them there, apart), and a python without mxnet does not collect
+# them (docs/testing.md).
+collect_ignore = [] if _installed("mxnet") else ["mxnet"]
 
 
 # The backends every worker runs under: Gloo started by horarun, and MPI
@@ -40,6 +56,22 @@ def horarun(args, np=4, env=None, timeout=120, backend=None, launcher_args=()):
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def shim_site(tmp_path_factory):
+    """The horovod shim, ``pip install``ed from a copy of compat/horovod (so
+    the build leaves nothing in the repository) into a folder of its own,
+    once per run: put it on PYTHONPATH to run a Horovod script on hora."""
+    root = tmp_path_factory.mktemp("shim")
+    source = root / "source"
+    shutil.copytree(os.path.join(REPO, "compat", "horovod"), source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    site = root / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
+                    "--no-index", "--target", str(site), str(source)], check=True, capture_output=True, text=True)
+    assert (site / "horovod" / "__init__.py").exists()
+    return site
 
 
 @pytest.fixture(params=BACKENDS)

@@ -2,25 +2,10 @@
 and horovod.keras scripts unchanged on hora."""
 
 import os
-import shutil
 import subprocess
 import sys
 
-import pytest
 from tf_helpers import REPO, WORKERS, describe, run_tf_worker
-
-
-@pytest.fixture(scope="module")
-def shim_site(tmp_path_factory):
-    """``pip install ./compat/horovod`` into a folder of its own (from a copy)."""
-    root = tmp_path_factory.mktemp("shim")
-    source = root / "source"
-    shutil.copytree(os.path.join(REPO, "compat", "horovod"), source,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    site = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
-                    "--no-index", "--target", str(site), str(source)], check=True, capture_output=True, text=True)
-    return site
 
 
 def test_a_horovod_tensorflow_and_keras_script_runs_unchanged(shim_site):

@@ -2,27 +2,10 @@
 the numbers hora.torch gives; it refuses to shadow a real Horovod."""
 
 import os
-import shutil
 import subprocess
 import sys
 
-import pytest
-
 from helpers import REPO, WORKERS, horarun
-
-
-@pytest.fixture(scope="module")
-def shim_site(tmp_path_factory):
-    """``pip install ./compat/horovod`` into a folder of its own (from a copy,
-    so the build leaves nothing in the repository)."""
-    root = tmp_path_factory.mktemp("shim")
-    source = root / "source"
-    shutil.copytree(os.path.join(REPO, "compat", "horovod"), source)
-    site = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps",
-                    "--no-index", "--target", str(site), str(source)], check=True, capture_output=True, text=True)
-    assert (site / "horovod" / "torch" / "__init__.py").exists()
-    return site
 
 
 def with_path(*paths):
