@@ -13,6 +13,7 @@
 
 #include "hora/errors.h"
 #include "hora/runtime.h"
+#include "store/tcp_store_server.h"
 #include "tensors.h"
 #include "transport/registry.h"
 
@@ -151,11 +152,55 @@ void register_errors(nb::module_& m) {
   });
 }
 
+// The launcher's rendezvous server; close() (or the object's end) stops it.
+class StoreServer {
+ public:
+  StoreServer(const std::string& host, const nb::bytes& secret, int port)
+      : server_(std::make_unique<TcpStoreServer>(host, std::string(secret.c_str(), secret.size()), port)),
+        port_(server_->port()) {}
+
+  int port() const { return port_; }
+
+  void set(const nb::bytes& key, const nb::bytes& value) {
+    const auto* bytes = static_cast<const uint8_t*>(value.data());
+    running().set(std::string(key.c_str(), key.size()), std::vector<uint8_t>(bytes, bytes + value.size()));
+  }
+
+  nb::list items_with_prefix(const nb::bytes& prefix) {
+    nb::list out;
+    for (const auto& [key, value] : running().items_with_prefix(std::string(prefix.c_str(), prefix.size())))
+      out.append(nb::make_tuple(nb::bytes(key.data(), key.size()), nb::bytes(value.data(), value.size())));
+    return out;
+  }
+
+  void close() {
+    std::unique_ptr<TcpStoreServer> server = std::move(server_);
+    nb::gil_scoped_release release;
+    server.reset();
+  }
+
+ private:
+  TcpStoreServer& running() {
+    if (!server_) throw InvalidArgument("the rendezvous server has been stopped");
+    return *server_;
+  }
+
+  std::unique_ptr<TcpStoreServer> server_;
+  int port_;
+};
+
 }  // namespace
 
 NB_MODULE(_core, m) {
   register_enums(m);
   register_errors(m);
+
+  nb::class_<StoreServer>(m, "StoreServer")
+      .def(nb::init<const std::string&, const nb::bytes&, int>(), "host"_a, "secret"_a, "port"_a = 0)
+      .def_prop_ro("port", &StoreServer::port)
+      .def("set", &StoreServer::set, "key"_a, "value"_a)
+      .def("items_with_prefix", &StoreServer::items_with_prefix, "prefix"_a)
+      .def("close", &StoreServer::close);
 
   nb::class_<Work>(m, "Work")
       .def("ready", &Work::ready)

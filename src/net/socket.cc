@@ -217,9 +217,10 @@ std::optional<size_t> Socket::recv_available(void* out, size_t n) {
 
 // --- Listener ----------------------------------------------------------------
 
-Listener::Listener(const std::string& host) {
+Listener::Listener(const std::string& host, int port) {
+  if (port < 0 || port > 65535) throw InvalidArgument("cannot listen on port " + std::to_string(port) + ": not a TCP port");
   std::string error = "no address";
-  const AddrInfoPtr addresses = resolve(host, "0", /*passive=*/true, error);
+  const AddrInfoPtr addresses = resolve(host, std::to_string(port), /*passive=*/true, error);
   if (!addresses) throw InvalidArgument("cannot resolve host '" + host + "': " + error);
   for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
     Socket socket(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
@@ -237,7 +238,7 @@ Listener::Listener(const std::string& host) {
     socket_ = std::move(socket);
     return;
   }
-  throw InvalidArgument("cannot listen on '" + host + "': " + error);
+  throw InvalidArgument("cannot listen on '" + host + (port ? ":" + std::to_string(port) : "") + "': " + error);
 }
 
 Socket Listener::accept(Clock::time_point deadline, int stop_fd) {

@@ -76,9 +76,10 @@ class Socket {
 // thread at a time.
 class Listener {
  public:
-  // Binds `host` (a name or a numeric address). Throws InvalidArgument when
-  // it cannot be resolved or bound.
-  explicit Listener(const std::string& host);
+  // Binds `host` (a name or a numeric address) at `port` (0: one the
+  // kernel picks). Throws InvalidArgument when it cannot be resolved or
+  // bound.
+  explicit Listener(const std::string& host, int port = 0);
 
   int fd() const { return socket_.fd(); }
   int port() const { return port_; }

@@ -72,7 +72,9 @@ void Runtime::create_set(const ProcessSet& set) {
   if (config_.stall_warning_time.count() > 0) presence.warning_time = std::min(kAbsenceWarningTime, config_.stall_warning_time);
   auto connect = [factory, set, set_store, job_store = store_, presence,
                   my_rank = config_.rank](const std::atomic<bool>& cancelled) {
-    await_members(*set_store, *job_store, set, presence, cancelled);
+    std::shared_ptr<void> head_start;  // what the factory does while the others arrive
+    await_members(*set_store, *job_store, set, presence, cancelled,
+                  [&] { head_start = factory->prepare(set.ranks, my_rank, set_store); });
     return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,9 +27,10 @@ struct PresenceOptions {
 
 // `set_store` is the set's own prefix of the job's store; `job_store`
 // holds what the launcher publishes about each rank's process (see
-// launcher_process_key).
+// launcher_process_key). `meanwhile` (if any) runs once this member's
+// arrival is published, before it waits for the others.
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
-                   const std::atomic<bool>& cancelled);
+                   const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile = {});
 
 // Where horarun says it watches the ranks' processes, and where it writes
 // how rank `global_rank`'s process ended ("exited with code 1", "killed by

@@ -76,6 +76,11 @@ struct TcpStoreServer::State {
   };
   std::list<Connection> connections;  // guarded by mutex
 
+  void set(const std::string& key, std::vector<uint8_t> value) {
+    std::lock_guard<std::mutex> lock(mutex);
+    data[key] = std::move(value);
+    changed.notify_all();
+  }
   void accept_loop();
   void serve(Connection* connection);
   std::pair<Status, std::vector<uint8_t>> execute(const Request& request);
@@ -154,12 +159,9 @@ std::pair<Status, std::vector<uint8_t>> TcpStoreServer::State::execute(const Req
   switch (request.command) {
     case Command::kPing:
       return {Status::kOk, {}};
-    case Command::kSet: {
-      std::lock_guard<std::mutex> lock(mutex);
-      data[key] = request.value;
-      changed.notify_all();
+    case Command::kSet:
+      set(key, request.value);
       return {Status::kOk, {}};
-    }
     case Command::kAdd: {
       const int64_t delta = parse_integer(request.value, "ADD delta");
       std::lock_guard<std::mutex> lock(mutex);
@@ -202,13 +204,14 @@ std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::
   }
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, std::string secret) : state_(std::make_unique<State>()) {
+TcpStoreServer::TcpStoreServer(const std::string& host, std::string secret, int port)
+    : state_(std::make_unique<State>()) {
   if (secret.empty() || secret.size() > kMaxSecretBytes) {
     throw InvalidArgument("rendezvous server: the secret must be 1.." + std::to_string(kMaxSecretBytes) + " bytes");
   }
   state_->secret = std::move(secret);
   try {
-    state_->listener.emplace(host);
+    state_->listener.emplace(host, port);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("rendezvous server: ") + e.what());
   }
@@ -232,5 +235,16 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 int TcpStoreServer::port() const { return state_->listener->port(); }
+
+void TcpStoreServer::set(const std::string& key, std::vector<uint8_t> value) { state_->set(key, std::move(value)); }
+
+std::vector<std::pair<std::string, std::vector<uint8_t>>> TcpStoreServer::items_with_prefix(
+    const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> items;
+  for (auto it = state_->data.lower_bound(prefix); it != state_->data.end() && it->first.rfind(prefix, 0) == 0; ++it)
+    items.emplace_back(it->first, it->second);
+  return items;
+}
 
 }  // namespace hora

@@ -1,14 +1,9 @@
-// The TCP store client against both rendezvous servers: the launcher's
-// (python/hora/runner/rendezvous.py, a subprocess per test) and the one an
-// MPI job's rank 0 runs inside its process (src/store/tcp_store_server.cc).
+// The TCP store client against the rendezvous server (src/store/
+// tcp_store_server.cc), which horarun runs for each job and an MPI job's
+// rank 0 runs inside its process.
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,7 +20,6 @@
 #include "store/store_protocol.h"
 #include "store/tcp_store_server.h"
 
-extern char** environ;
 
 namespace hora {
 namespace {
@@ -40,69 +34,6 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// A rendezvous server process. Its first stdout line is the port it bound;
-// the destructor closes its stdin and stops it.
-class ServerProcess {
- public:
-  explicit ServerProcess(int port = 0) {
-    int to_child[2], from_child[2];
-    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
-      throw std::runtime_error("pipe2 failed");
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
-    const std::string script = std::string(HORA_PYTHON_SOURCE_DIR) + "/hora/runner/rendezvous.py";
-    const std::string port_text = std::to_string(port);
-    std::vector<const char*> argv = {"python3", script.c_str(), "--port", port_text.c_str(),
-                                     "--secret", kSecret, "--exit-on-stdin-eof", nullptr};
-    const int rc = posix_spawnp(&pid_, "python3", &actions, nullptr,
-                                const_cast<char* const*>(argv.data()), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    stdin_fd_ = to_child[1];
-    if (rc != 0) {
-      ::close(from_child[0]);
-      throw std::runtime_error("cannot start python3 for the rendezvous server");
-    }
-    port_ = read_port(from_child[0]);
-    ::close(from_child[0]);
-  }
-
-  ~ServerProcess() {
-    ::close(stdin_fd_);
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-
-  int port() const { return port_; }
-
- private:
-  static int read_port(int fd) {
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    char c = 0;
-    while (c != '\n') {
-      pollfd p{fd, POLLIN, 0};
-      if (Clock::now() > deadline || ::poll(&p, 1, 1000) < 0) break;
-      if (p.revents == 0) continue;
-      if (::read(fd, &c, 1) != 1) break;
-      line += c;
-    }
-    if (line.empty() || line.back() != '\n') {
-      throw std::runtime_error("the rendezvous server did not print its port: '" + line + "'");
-    }
-    return std::stoi(line);
-  }
-
-  pid_t pid_ = -1;
-  int stdin_fd_ = -1;
-  int port_ = 0;
-};
 
 // A port on which nothing listens (bound, read, released).
 int unused_port() {
@@ -167,25 +98,16 @@ std::vector<uint8_t> framed(const std::vector<uint8_t>& payload) {
   return frame;
 }
 
-// Parametrised by server: "python" or "in_process".
-class TcpStoreTest : public ::testing::TestWithParam<std::string> {
+class TcpStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (GetParam() == "python") {
-      python_ = std::make_unique<ServerProcess>();
-    } else {
-      in_process_ = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
-    }
-  }
-  int port() const { return python_ ? python_->port() : in_process_->port(); }
+  int port() const { return server_.port(); }
   std::shared_ptr<Store> connect(const std::string& secret = kSecret) {
     return make_tcp_store("127.0.0.1", port(), secret);
   }
-  std::unique_ptr<ServerProcess> python_;
-  std::unique_ptr<TcpStoreServer> in_process_;
+  TcpStoreServer server_{"127.0.0.1", kSecret};
 };
 
-TEST_P(TcpStoreTest, GetReturnsTheBytesLastSet) {
+TEST_F(TcpStoreTest, GetReturnsTheBytesLastSet) {
   auto store = connect();
   const std::vector<uint8_t> binary = {0, 1, 0xff, 0, 42};
   store->set("binary", binary);
@@ -199,7 +121,7 @@ TEST_P(TcpStoreTest, GetReturnsTheBytesLastSet) {
   EXPECT_EQ(connect()->get("binary", milliseconds(1000)), binary);
 }
 
-TEST_P(TcpStoreTest, LargeValuesRoundTrip) {
+TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
   auto store = connect();
   std::vector<uint8_t> big(8 << 20);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 131);
@@ -207,7 +129,7 @@ TEST_P(TcpStoreTest, LargeValuesRoundTrip) {
   EXPECT_EQ(store->get("big", milliseconds(5000)), big);
 }
 
-TEST_P(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
+TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   auto reader = connect();
   auto writer = connect();
   const auto start = Clock::now();
@@ -221,7 +143,7 @@ TEST_P(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   EXPECT_LT(seconds_since(start), 5.0);
 }
 
-TEST_P(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
+TEST_F(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
   // The process sets of one rank rendezvous on their own threads through one
   // store: a get waiting for a peer must not stop this rank's own set().
   auto store = connect();
@@ -235,7 +157,7 @@ TEST_P(TcpStoreTest, BlockingGetDoesNotHoldUpOtherThreadsOfTheSameStore) {
   waiting.join();
 }
 
-TEST_P(TcpStoreTest, GetTimesOutNamingTheKey) {
+TEST_F(TcpStoreTest, GetTimesOutNamingTheKey) {
   auto store = connect();
   const auto start = Clock::now();
   try {
@@ -251,7 +173,7 @@ TEST_P(TcpStoreTest, GetTimesOutNamingTheKey) {
   EXPECT_EQ(store->get("after", milliseconds(1000)), bytes_of("ok"));
 }
 
-TEST_P(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
+TEST_F(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
   auto store = connect();
   EXPECT_EQ(store->add("counter", 5), 5);
   EXPECT_EQ(store->add("counter", -7), -2);
@@ -260,7 +182,7 @@ TEST_P(TcpStoreTest, AddCountsFromZeroAndAcceptsNegativeDeltas) {
   EXPECT_EQ(store->get("counter", milliseconds(1000)), bytes_of("-2"));
 }
 
-TEST_P(TcpStoreTest, AddIsAtomicAcrossClients) {
+TEST_F(TcpStoreTest, AddIsAtomicAcrossClients) {
   constexpr int kClients = 4, kAddsEach = 50;
   std::vector<std::vector<int64_t>> seen(kClients);
   std::vector<std::thread> threads;
@@ -280,7 +202,7 @@ TEST_P(TcpStoreTest, AddIsAtomicAcrossClients) {
   EXPECT_EQ(connect()->add("shared", 0), kClients * kAddsEach);
 }
 
-TEST_P(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
+TEST_F(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
   auto waiter = connect();
   auto writer = connect();
   std::thread later([&] {
@@ -295,7 +217,7 @@ TEST_P(TcpStoreTest, WaitReturnsOnceEveryKeyIsSet) {
   waiter->wait({}, milliseconds(0));   // nothing to wait for
 }
 
-TEST_P(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
+TEST_F(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
   auto store = connect();
   store->set("present", bytes_of("x"));
   try {
@@ -308,7 +230,7 @@ TEST_P(TcpStoreTest, WaitTimesOutNamingOnlyTheMissingKeys) {
   }
 }
 
-TEST_P(TcpStoreTest, WrongSecretIsAClearError) {
+TEST_F(TcpStoreTest, WrongSecretIsAClearError) {
   auto store = connect("not-the-job-secret");
   try {
     store->set("k", bytes_of("v"));
@@ -322,7 +244,7 @@ TEST_P(TcpStoreTest, WrongSecretIsAClearError) {
   EXPECT_EQ(good->get("k", milliseconds(1000)), bytes_of("v"));
 }
 
-TEST_P(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
+TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   using store_protocol::Status;
   auto good = connect();
   good->set("before", bytes_of("1"));
@@ -364,7 +286,7 @@ TEST_P(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   EXPECT_EQ(connect()->get("before", milliseconds(1000)), bytes_of("1"));
 }
 
-TEST_P(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
+TEST_F(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
   auto store = connect();
   EXPECT_THROW(store->set(std::string(5000, 'k'), bytes_of("v")), InvalidArgument);
   EXPECT_THROW(store->get(std::string(5000, 'k'), milliseconds(10)), InvalidArgument);
@@ -373,15 +295,12 @@ TEST_P(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
   EXPECT_EQ(store->get(std::string(4096, 'k'), milliseconds(1000)), bytes_of("limit"));
 }
 
-TEST_P(TcpStoreTest, InvalidArgumentsAreRefused) {
+TEST_F(TcpStoreTest, InvalidArgumentsAreRefused) {
   EXPECT_THROW(make_tcp_store("", 1234, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 0, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 70000, kSecret), InvalidArgument);
   EXPECT_THROW(make_tcp_store("127.0.0.1", 1234, ""), InvalidArgument);
 }
-
-INSTANTIATE_TEST_SUITE_P(Servers, TcpStoreTest, ::testing::Values("python", "in_process"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(TcpStoreServerTest, StoppingTheServerEndsBlockedRequests) {
   auto server = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
@@ -400,13 +319,42 @@ TEST(TcpStoreServerTest, RefusesAnEmptySecret) {
   EXPECT_THROW(TcpStoreServer("127.0.0.1", ""), InvalidArgument);
 }
 
+TEST(TcpStoreServerTest, RefusesAPortInUseNamingIt) {
+  TcpStoreServer first("127.0.0.1", kSecret);
+  try {
+    TcpStoreServer second("127.0.0.1", kSecret, first.port());
+    FAIL() << "a second server bound port " << first.port();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(":" + std::to_string(first.port())), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(TcpStoreServer("127.0.0.1", kSecret, 70000), InvalidArgument);
+}
+
+TEST(TcpStoreServerTest, TheOwnerSetsKeysAndListsThemByPrefix) {
+  TcpStoreServer server("127.0.0.1", kSecret);
+  auto store = make_tcp_store("127.0.0.1", server.port(), kSecret);
+  std::thread reader([&] { EXPECT_EQ(store->get("hora.watch", milliseconds(5000)), bytes_of("1")); });
+  std::this_thread::sleep_for(milliseconds(50));
+  server.set("hora.watch", bytes_of("1"));  // wakes the client's blocked get
+  reader.join();
+  store->set("hora.process.1", bytes_of("exited"));
+  store->set("hora.process.0", bytes_of("alive"));
+  store->set("hora.processes", bytes_of("not this one"));
+  const auto items = server.items_with_prefix("hora.process.");
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].first, "hora.process.0");
+  EXPECT_EQ(items[0].second, bytes_of("alive"));
+  EXPECT_EQ(items[1].first, "hora.process.1");
+  EXPECT_EQ(server.items_with_prefix("").size(), 4u);
+}
+
 TEST(TcpStoreReconnectTest, ReconnectsWhenTheServerRestarts) {
-  auto first = std::make_unique<ServerProcess>();
+  auto first = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
   const int port = first->port();
   auto store = make_tcp_store("127.0.0.1", port, kSecret);
   store->set("before", bytes_of("1"));
   first.reset();   // the connection the store holds is now dead
-  ServerProcess second(port);
+  TcpStoreServer second("127.0.0.1", kSecret, port);
   store->set("after", bytes_of("2"));
   EXPECT_EQ(store->get("after", milliseconds(1000)), bytes_of("2"));
 }

@@ -1,12 +1,11 @@
-"""The job's rendezvous server and a Python client for it.
+"""The job's rendezvous server (hora's C++ server, through hora._core) and a
+Python client for it.
 
-The protocol is described in docs/rendezvous.md. This module uses only the
-standard library and imports nothing from hora, so it also runs as a plain
-script (the C++ tests start it that way).
+The protocol is described in docs/rendezvous.md; the client below speaks it
+with the standard library only.
 """
 
 import argparse
-import hmac
 import os
 import signal
 import socket
@@ -27,7 +26,6 @@ MAX_WAIT_KEYS = 4096
 MAX_FRAME_BYTES = MAX_VALUE_BYTES + (64 << 10)
 NO_TIMEOUT_MS = 0xFFFFFFFF
 
-_COMMAND_NAMES = {SET: "SET", GET: "GET", ADD: "ADD", WAIT: "WAIT", PING: "PING"}
 _STATUS_NAMES = {OK: "OK", NOT_FOUND: "NOT_FOUND", TIMEOUT: "TIMEOUT",
                  BAD_SECRET: "BAD_SECRET", BAD_REQUEST: "BAD_REQUEST"}
 
@@ -45,7 +43,7 @@ class BadRequestError(ValueError):
 
 
 class _Refusal(Exception):
-    """Raised while serving a request that gets BAD_SECRET or BAD_REQUEST."""
+    """A frame or field over the protocol's limits."""
 
     def __init__(self, status, message):
         super().__init__(message)
@@ -110,11 +108,6 @@ def encode_request(secret, command, keys=(), value=b"", timeout_ms=0):
     return struct.pack("<I", len(payload)) + payload
 
 
-def encode_reply(status, value=b""):
-    payload = struct.pack("<BI", status, len(value)) + value
-    return struct.pack("<I", len(payload)) + payload
-
-
 def decode_reply(payload):
     if len(payload) < 5:
         raise RendezvousError("truncated reply from rendezvous server")
@@ -150,231 +143,69 @@ def _recv_frame(sock, limit):
 
 # --- server ----------------------------------------------------------------
 
-class _Request:
-    __slots__ = ("command", "timeout_ms", "keys", "value")
-
-
-def _parse_request(payload, secret):
-    """Parses and authenticates a payload; raises _Refusal on any problem."""
-    reader = _PayloadReader(payload)
-    version, command = reader.u8(), reader.u8()
-    if version != VERSION:
-        raise _Refusal(BAD_REQUEST, f"unsupported protocol version {version}")
-    secret_length = reader.u16()
-    if secret_length > MAX_SECRET_BYTES:
-        raise _Refusal(BAD_REQUEST, f"secret of {secret_length} bytes is too long")
-    given = bytes(reader.take(secret_length))
-    if not given or not hmac.compare_digest(given, secret):
-        raise _Refusal(BAD_SECRET, "missing or wrong job secret")
-    if command not in _COMMAND_NAMES:
-        raise _Refusal(BAD_REQUEST, f"unknown command {command}")
-    request = _Request()
-    request.command = command
-    request.timeout_ms = reader.u32()
-    count = reader.u32()
-    if count > MAX_WAIT_KEYS:
-        raise _Refusal(BAD_REQUEST, f"{count} keys exceed the limit of {MAX_WAIT_KEYS}")
-    request.keys = [reader.sized(MAX_KEY_BYTES, "key") for _ in range(count)]
-    request.value = reader.sized(MAX_VALUE_BYTES, "value")
-    if not reader.at_end():
-        raise _Refusal(BAD_REQUEST, "trailing bytes after the request")
-    expected = {PING: (0, 0), WAIT: (1, MAX_WAIT_KEYS)}.get(command, (1, 1))
-    if not expected[0] <= count <= expected[1]:
-        raise _Refusal(BAD_REQUEST, f"{_COMMAND_NAMES[command]} takes "
-                                    f"{expected[0]}..{expected[1]} keys, got {count}")
-    return request
-
-
-def _parse_integer(data, what):
-    text = data.decode("ascii", "replace").strip()
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise _Refusal(BAD_REQUEST, f"{what} {text[:40]!r} is not a decimal integer") from None
-
-
 class RendezvousServer:
-    """Key-value store for one job, served over TCP on a thread per connection.
+    """Key-value store for one job, served over TCP by hora's C++ server
+    (src/store/tcp_store_server.cc: a thread per connection, blocking GET and
+    WAIT without polling).
 
     start() binds and returns at once; stop() closes every connection, wakes
     blocked GET/WAIT requests and joins the threads. Thread-safe.
     """
 
     def __init__(self, host="127.0.0.1", port=0, secret=""):
-        if isinstance(secret, str):
-            secret = secret.encode()
+        secret = _to_bytes(secret)
         if not secret:
             raise ValueError("the rendezvous server needs a non-empty secret")
         if len(secret) > MAX_SECRET_BYTES:
             raise ValueError(f"secret longer than {MAX_SECRET_BYTES} bytes")
         self._host = host
-        self._requested_port = port
+        self._requested_port = int(port)
         self._secret = secret
-        self._data = {}
-        self._changed = threading.Condition()
-        self._stopping = False
-        self._listener = None
-        self._accept_thread = None
-        self._connections = {}   # socket -> thread, guarded by _changed
+        self._server = None
 
     @property
     def port(self):
-        if self._listener is None:
+        if self._server is None:
             raise RuntimeError("the rendezvous server is not started")
-        return self._listener.getsockname()[1]
+        return self._server.port
 
     def start(self):
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        from hora import _core
+
         try:
-            listener.bind((self._host, self._requested_port))
-            listener.listen(socket.SOMAXCONN)
-        except OSError:
-            listener.close()
-            raise
-        self._listener = listener
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name="hora-rendezvous-accept", daemon=True)
-        self._accept_thread.start()
+            self._server = _core.StoreServer(self._host, self._secret, self._requested_port)
+        except ValueError as error:   # cannot resolve or bind: as socket.bind says it
+            raise OSError(str(error)) from None
         return self
 
     def stop(self):
-        with self._changed:
-            if self._stopping:
-                return
-            self._stopping = True
-            self._changed.notify_all()
-            connections = list(self._connections.items())
-        if self._listener is not None:
-            _shutdown_quietly(self._listener)
-            self._listener.close()
-        for conn, _ in connections:
-            _shutdown_quietly(conn)
-        if self._accept_thread is not None:
-            self._accept_thread.join(timeout=5)
-        for _, thread in connections:
-            thread.join(timeout=5)
+        if self._server is not None:
+            self._server.close()
 
     def set_value(self, key, value):
         """Sets `key` (str or bytes) to `value` in the served data, as a
         client's SET would: for the process that runs the server."""
-        with self._changed:
-            self._data[_to_bytes(key)] = _to_bytes(value)
-            self._changed.notify_all()
+        self._running().set(_to_bytes(key), _to_bytes(value))
 
     def values_of_keys_starting_with(self, prefix):
         """{key: value} (bytes) for every key that starts with `prefix`."""
-        prefix = _to_bytes(prefix)
-        with self._changed:
-            return {key: value for key, value in self._data.items() if key.startswith(prefix)}
+        return dict(self._running().items_with_prefix(_to_bytes(prefix)))
 
     def values_of_keys_ending_with(self, suffix):
         """The values of every key that ends with `suffix` (str or bytes)."""
         suffix = _to_bytes(suffix)
-        with self._changed:
-            return [value for key, value in self._data.items() if key.endswith(suffix)]
+        return [value for key, value in self._running().items_with_prefix(b"") if key.endswith(suffix)]
+
+    def _running(self):
+        if self._server is None:
+            raise RuntimeError("the rendezvous server is not started")
+        return self._server
 
     def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc):
         self.stop()
-
-    def _accept_loop(self):
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return   # the listener was shut down by stop()
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            thread = threading.Thread(target=self._serve_connection, args=(conn,),
-                                      name="hora-rendezvous-conn", daemon=True)
-            with self._changed:
-                if self._stopping:
-                    conn.close()
-                    return
-                self._connections[conn] = thread
-            thread.start()
-
-    def _serve_connection(self, conn):
-        try:
-            while True:
-                try:
-                    payload = _recv_frame(conn, MAX_FRAME_BYTES)
-                    if payload is None:
-                        return
-                    status, value = self._execute(_parse_request(payload, self._secret))
-                except _Refusal as refusal:
-                    conn.sendall(encode_reply(refusal.status, str(refusal).encode()))
-                    _drain_before_close(conn)
-                    return
-                conn.sendall(encode_reply(status, value))
-        except Exception:   # a broken or misbehaving client; keep serving others
-            return
-        finally:
-            with self._changed:
-                self._connections.pop(conn, None)
-            _shutdown_quietly(conn)
-            conn.close()
-
-    def _execute(self, request):
-        """Returns (status, value) for an authenticated request."""
-        key = request.keys[0] if request.keys else None
-        if request.command == PING:
-            return OK, b""
-        if request.command == SET:
-            with self._changed:
-                self._data[key] = request.value
-                self._changed.notify_all()
-            return OK, b""
-        if request.command == ADD:
-            delta = _parse_integer(request.value, "ADD delta")
-            with self._changed:
-                current = _parse_integer(self._data.get(key, b"0"), "value of the key")
-                result = str(current + delta).encode()
-                self._data[key] = result
-                self._changed.notify_all()
-            return OK, result
-        missing = self._wait_for(request.keys, request.timeout_ms)
-        if request.command == GET:
-            if missing:
-                return (NOT_FOUND if request.timeout_ms == 0 else TIMEOUT), b""
-            with self._changed:
-                return OK, self._data[key]
-        return (TIMEOUT, encode_keys(missing)) if missing else (OK, b"")
-
-    def _wait_for(self, keys, timeout_ms):
-        """Blocks until every key exists; returns the keys still missing."""
-        deadline = None if timeout_ms == NO_TIMEOUT_MS else time.monotonic() + timeout_ms / 1000
-        with self._changed:
-            while True:
-                missing = [k for k in keys if k not in self._data]
-                if not missing or self._stopping:
-                    return missing
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return missing
-                self._changed.wait(remaining)
-
-
-def _drain_before_close(conn, limit=1 << 20, seconds=0.5):
-    """Reads (a bounded amount of) what the client still sends, so that closing
-    does not reset the connection before the client has read the refusal."""
-    conn.shutdown(socket.SHUT_WR)
-    conn.settimeout(seconds)
-    deadline = time.monotonic() + seconds
-    while limit > 0 and time.monotonic() < deadline:
-        chunk = conn.recv(min(limit, 65536))
-        if not chunk:
-            return
-        limit -= len(chunk)
-
-
-def _shutdown_quietly(sock):
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 # --- client ----------------------------------------------------------------

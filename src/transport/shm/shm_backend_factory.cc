@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "control/control_channel.h"
@@ -31,6 +33,7 @@ constexpr size_t kDefaultSlotBytes = size_t{1} << 20;
 constexpr uint64_t kRingBytes = uint64_t{1} << 14;
 constexpr char kSegmentKey[] = "shm/segment";  // "<name> <bytes>", or "-<why there is none>"
 constexpr char kReadyKey[] = "shm/ready";      // "ok <name> <bytes>" once made, or "-<why not>"
+const std::string kOff = "off|";               // host identities of members with the path off
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
@@ -68,6 +71,17 @@ struct NameGuard {
   }
 };
 
+// What prepare() did for a set: published this member's host identity;
+// on set rank 0 of a set known to share this host, tried to make the
+// segment (`made`; a made segment's name is unlinked with the guard unless
+// create() takes it).
+struct HeadStart {
+  bool made = false;
+  bool ok = false;  // made, and the segment is usable
+  Segment segment;
+  NameGuard guard;
+};
+
 class ShmBackendFactory final : public BackendFactory {
  public:
   ShmBackendFactory(std::unique_ptr<BackendFactory> network, ShmOptions options)
@@ -79,6 +93,30 @@ class ShmBackendFactory final : public BackendFactory {
 
   std::string name() const override { return network_->name(); }
 
+  // While the others arrive, a member publishes its host identity, and set
+  // rank 0 of a set whose members are known to share this host makes the
+  // segment.
+  std::shared_ptr<void> prepare(const std::vector<int>& global_ranks, int my_global_rank,
+                                const std::shared_ptr<Store>& set_store) override {
+    if (global_ranks.size() < 2 || !set_store) return nullptr;
+    const int rank = set_rank_of(global_ranks, my_global_rank);
+    publish_identity(global_ranks, rank, *set_store);
+    auto head = std::make_shared<HeadStart>();
+    const std::vector<std::string> identities = known_identities(global_ranks);
+    const bool one_host = !identities.empty() && options_.enabled &&
+                          std::all_of(identities.begin(), identities.end(),
+                                      [&](const std::string& identity) { return identity == identities[0]; });
+    if (rank == 0 && one_host) {
+      head->made = true;
+      head->ok = make_segment(static_cast<uint32_t>(global_ranks.size()), *set_store, head->guard, head->segment,
+                              control::describe_set(global_ranks));
+    }
+    std::lock_guard<std::mutex> lock(identities_mutex_);
+    std::erase_if(head_starts_, [](const auto& entry) { return entry.second.expired(); });  // sets never created
+    head_starts_[set_store.get()] = head;
+    return head;
+  }
+
   using BackendFactory::create;
   std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
                                   std::shared_ptr<Store> set_store, milliseconds timeout,
@@ -86,10 +124,13 @@ class ShmBackendFactory final : public BackendFactory {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("shm backend: the set store is null");
     if (global_ranks.size() > 1) {
+      const std::shared_ptr<HeadStart> head = take_head_start(*set_store);
+      if (!head) publish_identity(global_ranks, rank, *set_store);
       const std::vector<std::string> identities = host_identities(global_ranks, rank, *set_store, timeout, cancelled);
       const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
       if (layout.hosts.size() == 1) {
-        if (auto backend = make_local(global_ranks, my_global_rank, *set_store, timeout, cancelled)) return backend;
+        if (auto backend = make_local(global_ranks, my_global_rank, *set_store, timeout, cancelled, head.get()))
+          return backend;
       } else if (hierarchical::worth_composing(layout)) {
         return make_across_hosts(global_ranks, rank, layout, set_store, timeout, cancelled);
       }
@@ -104,35 +145,64 @@ class ShmBackendFactory final : public BackendFactory {
                                         control::describe_set(global_ranks) + ": connecting shared memory"));
   }
 
-  // Every member publishes its host identity and reads everyone's, by set
-  // rank. A member with the path off publishes one nobody else has; then
-  // every member returns one identity per member, so that nobody shares
-  // memory or composes hosts.
+  // This member's host identity; with the path off, one nobody else has.
+  std::string my_identity(int global_rank) const {
+    return options_.enabled ? host_identity_ : kOff + std::to_string(global_rank);
+  }
+
+  // Every member publishes its identity in the set's store (prepare() or
+  // create() does), whether or not it needs the others'.
+  void publish_identity(const std::vector<int>& global_ranks, int rank, Store& store) const {
+    store.set("shm/host/" + std::to_string(rank), bytes_of(my_identity(global_ranks[rank])));
+  }
+
+  // Every member's host identity, by set rank; when a member has the path
+  // off, one per member, so that nobody shares memory or composes hosts.
+  // The others' are read from the set's store only when this process has
+  // not learnt them in an earlier set: the global set teaches every rank's,
+  // so later sets need no store round trip for them.
   std::vector<std::string> host_identities(const std::vector<int>& global_ranks, int rank, Store& store,
                                            milliseconds timeout, const std::atomic<bool>& cancelled) const {
-    const std::string off = "off|";
-    const std::string mine = options_.enabled ? host_identity_ : off + std::to_string(rank);
-    store.set("shm/host/" + std::to_string(rank), bytes_of(mine));
-    std::vector<std::string> identities;
-    bool some_off = !options_.enabled;
-    for (size_t r = 0; r < global_ranks.size() && !some_off; ++r) {
-      identities.push_back(static_cast<int>(r) == rank
-                               ? mine
-                               : get(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks));
-      some_off = identities.back().rfind(off, 0) == 0;
+    std::vector<std::string> identities = known_identities(global_ranks);
+    if (identities.empty()) {
+      for (size_t r = 0; r < global_ranks.size(); ++r) {
+        identities.push_back(static_cast<int>(r) == rank
+                                 ? my_identity(global_ranks[r])
+                                 : get(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks));
+      }
+      learn_identities(global_ranks, identities);
     }
+    const bool some_off = std::any_of(identities.begin(), identities.end(),
+                                      [](const std::string& identity) { return identity.rfind(kOff, 0) == 0; });
     if (!some_off) return identities;
-    identities.clear();
-    for (size_t r = 0; r < global_ranks.size(); ++r) identities.push_back(off + std::to_string(r));
+    for (size_t r = 0; r < global_ranks.size(); ++r) identities[r] = kOff + std::to_string(global_ranks[r]);
     return identities;
+  }
+
+  // The identities of `global_ranks` if every one is known, else none.
+  std::vector<std::string> known_identities(const std::vector<int>& global_ranks) const {
+    std::lock_guard<std::mutex> lock(identities_mutex_);
+    std::vector<std::string> identities;
+    for (int global_rank : global_ranks) {
+      auto it = identities_.find(global_rank);
+      if (it == identities_.end()) return {};
+      identities.push_back(it->second);
+    }
+    return identities;
+  }
+
+  void learn_identities(const std::vector<int>& global_ranks, const std::vector<std::string>& identities) const {
+    std::lock_guard<std::mutex> lock(identities_mutex_);
+    for (size_t r = 0; r < global_ranks.size(); ++r) identities_.emplace(global_ranks[r], identities[r]);
   }
 
   // A ShmBackend over `global_ranks` (members of one host), or null when
   // the segment cannot be used.
   std::unique_ptr<Backend> make_local(const std::vector<int>& global_ranks, int my_global_rank, Store& store,
-                                      milliseconds timeout, const std::atomic<bool>& cancelled) const {
+                                      milliseconds timeout, const std::atomic<bool>& cancelled,
+                                      HeadStart* head = nullptr) const {
     const int rank = set_rank_of(global_ranks, my_global_rank);
-    std::optional<Segment> segment = attach(global_ranks, rank, store, timeout, cancelled);
+    std::optional<Segment> segment = attach(global_ranks, rank, store, timeout, cancelled, head);
     if (!segment) return nullptr;
     return std::make_unique<shm::ShmBackend>(global_ranks, rank, std::move(*segment), timeout,
                                              tuning(global_ranks.size()));
@@ -159,14 +229,20 @@ class ShmBackendFactory final : public BackendFactory {
   // unlinked by everyone (any survivor removes it). Nullopt: the network
   // path, announced by one warning from set rank 0.
   std::optional<Segment> attach(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
-                                const std::atomic<bool>& cancelled) const {
+                                const std::atomic<bool>& cancelled, HeadStart* head) const {
     const std::string set_name = control::describe_set(global_ranks);
     const auto ranks = static_cast<uint32_t>(global_ranks.size());
     Segment segment;
     NameGuard guard;
     std::string problem;
     if (rank == 0) {
-      if (!make_segment(ranks, store, guard, segment, set_name)) return std::nullopt;
+      if (head && head->made) {
+        if (!head->ok) return std::nullopt;
+        segment = std::move(head->segment);
+        guard.name = std::exchange(head->guard.name, "");
+      } else if (!make_segment(ranks, store, guard, segment, set_name)) {
+        return std::nullopt;
+      }
     } else {
       // "ok <name> <bytes>" once made (the name is in kSegmentKey too, for
       // cleaning up after a set rank 0 that dies while making it).
@@ -198,6 +274,16 @@ class ShmBackendFactory final : public BackendFactory {
       return std::nullopt;
     }
     return segment;
+  }
+
+  // What prepare() did for the set whose store is `store`, if it ran.
+  std::shared_ptr<HeadStart> take_head_start(const Store& store) const {
+    std::lock_guard<std::mutex> lock(identities_mutex_);
+    auto it = head_starts_.find(&store);
+    if (it == head_starts_.end()) return nullptr;
+    std::shared_ptr<HeadStart> head = it->second.lock();
+    head_starts_.erase(it);
+    return head;
   }
 
   // Publishes the segment's name and size before making it, so that the
@@ -269,6 +355,9 @@ class ShmBackendFactory final : public BackendFactory {
   const std::unique_ptr<BackendFactory> network_;
   const ShmOptions options_;
   const std::string host_identity_;
+  mutable std::mutex identities_mutex_;  // guards identities_ and head_starts_
+  mutable std::map<int, std::string> identities_;  // by global rank
+  mutable std::map<const Store*, std::weak_ptr<HeadStart>> head_starts_;  // by set store
 };
 
 }  // namespace
