@@ -218,9 +218,10 @@ Segment Segment::open(const std::string& name, uint32_t ranks, uint64_t total_by
   }
   close(fd);
   try {
+    // Its maker allocated and faulted in the control part; a member maps
+    // the pages it touches as it touches them.
     populate(base, kPage);
     SegmentLayout layout = decode_header(base, total_bytes);
-    populate(base, layout.slots_offset());
     if (layout.ranks != ranks)
       throw Internal("shared memory: segment is for " + std::to_string(layout.ranks) + " members, not " + std::to_string(ranks));
     return Segment(base, layout);

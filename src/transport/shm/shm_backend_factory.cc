@@ -234,7 +234,6 @@ class ShmBackendFactory final : public BackendFactory {
     const auto ranks = static_cast<uint32_t>(global_ranks.size());
     Segment segment;
     NameGuard guard;
-    std::string problem;
     if (rank == 0) {
       if (head && head->made) {
         if (!head->ok) return std::nullopt;
@@ -256,24 +255,24 @@ class ShmBackendFactory final : public BackendFactory {
         segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
         announce(segment, rank);
       } catch (const std::exception& e) {
-        problem = e.what();
+        // The others see that this member never attaches and read why here.
+        store.set(refusal_key(rank), bytes_of(e.what()));
+        return std::nullopt;
       }
-      store.set("shm/attach/" + std::to_string(rank), bytes_of(problem.empty() ? "ok" : problem));
     }
-    if (problem.empty() && all_attached(segment, cancelled)) return segment;
+    if (all_attached(segment, cancelled)) return segment;
     std::string refusals;
     for (size_t r = 1; r < ranks; ++r) {
       if (static_cast<int>(r) == rank) continue;
-      const std::string outcome = get(store, "shm/attach/" + std::to_string(r), timeout, cancelled, global_ranks);
-      if (outcome != "ok") refusals += "; global rank " + std::to_string(global_ranks[r]) + ": " + outcome;
+      if (std::optional<std::string> refusal = refusal_of(segment, static_cast<int>(r), store, timeout, cancelled,
+                                                          global_ranks))
+        refusals += "; global rank " + std::to_string(global_ranks[r]) + ": " + *refusal;
     }
-    if (!problem.empty() || !refusals.empty()) {
-      if (rank == 0)
-        log_warning(set_name + ": a member could not use the shared-memory segment" + refusals + "; using the " +
-                    network_->name() + " path");
-      return std::nullopt;
-    }
-    return segment;
+    if (refusals.empty()) return segment;
+    if (rank == 0)
+      log_warning(set_name + ": a member could not use the shared-memory segment" + refusals + "; using the " +
+                  network_->name() + " path");
+    return std::nullopt;
   }
 
   // What prepare() did for the set whose store is `store`, if it ran.
@@ -317,20 +316,46 @@ class ShmBackendFactory final : public BackendFactory {
   }
 
   // Whether every member marks itself attached in the segment within a
-  // short wait (the common case, without a store round trip per member); if
-  // not, the members' outcomes in the store tell who refused it.
+  // short wait (the common case: no store round trip at all).
   static bool all_attached(const Segment& segment, const std::atomic<bool>& cancelled) {
     const auto give_up = std::chrono::steady_clock::now() + milliseconds(50);
     for (;;) {
       bool all = true;
-      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) {
-        const uint64_t area = segment.layout().member_offset(r);
-        all = std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
-                  .load(std::memory_order_acquire) == shm::kAttached;
-      }
+      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) all = attached(segment, static_cast<int>(r));
       if (all) return true;
       if (cancelled || std::chrono::steady_clock::now() >= give_up) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  static bool attached(const Segment& segment, int member) {
+    const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
+    return std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
+               .load(std::memory_order_acquire) == shm::kAttached;
+  }
+
+  static std::string refusal_key(int member) { return "shm/refused/" + std::to_string(member); }
+
+  // Set rank `member`'s outcome once it has one: nullopt when it attached
+  // (seen in the segment), else why it refused the segment (published in
+  // the store). A member that does neither within the timeout is a Timeout.
+  std::optional<std::string> refusal_of(const Segment& segment, int member, Store& store, milliseconds timeout,
+                                        const std::atomic<bool>& cancelled,
+                                        const std::vector<int>& global_ranks) const {
+    const auto give_up = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (attached(segment, member)) return std::nullopt;
+      try {
+        const std::vector<uint8_t> refusal = store.get(refusal_key(member), milliseconds(10));
+        return text_of(refusal);
+      } catch (const Timeout&) {
+      }
+      if (cancelled)
+        throw InvalidArgument(control::describe_set(global_ranks) + ": cancelled while connecting shared memory");
+      if (std::chrono::steady_clock::now() >= give_up)
+        throw Timeout(control::describe_set(global_ranks) + ": connecting shared memory: global rank " +
+                      std::to_string(global_ranks[member]) + " neither attached the segment nor refused it within " +
+                      std::to_string(timeout.count()) + " ms");
     }
   }
 
