@@ -74,19 +74,22 @@ void ShmBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
 void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op) {
   const int buffer = static_cast<int>(chunks_++ % 2);
   const size_t bytes = count * dtype_size(dtype);
-  std::memcpy(slot(rank_, buffer), data, bytes);
   if (bytes > tuning_.small_bytes) return reduce_scatter_allgather(data, count, dtype, op, buffer);
+  std::memcpy(slot(rank_, buffer), data, bytes);
   sync();
   if (rank_ != 0) std::memcpy(data, slot(0, buffer), bytes);
   for (int r = 1; r < size(); ++r) reduce_into(data, slot(r, buffer), count, dtype, op);
 }
 
 // Reduce-scatter then allgather: member r owns slice r of the chunk (cache-
-// line aligned; the last slices may be short or empty). After the first
-// sync it reduces the others' slice r into slice r of its own slot, which
-// nobody else reads in this phase; after the second sync every member
-// copies each reduced slice out of its owner's slot. Each element is
-// reduced by one member only, so all members end bit-identical.
+// line aligned; the last slices may be short or empty). Each member puts
+// in its slot only the slices the others own. After the first sync it
+// reduces the others' slice r into slice r of its own input (in the order
+// r+1, r+2, ...) and copies the result into its slot, where nobody else
+// reads in this phase; after the second sync every member copies each
+// other reduced slice out of its owner's slot. Each element is reduced by
+// one member only, so all members end bit-identical; each member's own
+// slice crosses the segment once instead of twice.
 void ShmBackend::reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer) {
   const size_t element = dtype_size(dtype);
   const size_t unit = std::max<size_t>(1, kLine / element);
@@ -94,15 +97,21 @@ void ShmBackend::reduce_scatter_allgather(uint8_t* data, size_t count, DataType 
   const size_t per_member = ((count + members - 1) / members + unit - 1) / unit * unit;
   auto begin = [&](int r) { return std::min(count, static_cast<size_t>(r) * per_member); };
   auto end = [&](int r) { return std::min(count, begin(r) + per_member); };
+  uint8_t* own_slot = slot(rank_, buffer);
+  for (int k = 1; k < size(); ++k) {
+    const int r = (rank_ + k) % size();
+    copy(own_slot + begin(r) * element, data + begin(r) * element, (end(r) - begin(r)) * element);
+  }
   sync();
-  uint8_t* mine = slot(rank_, buffer) + begin(rank_) * element;
+  uint8_t* mine = data + begin(rank_) * element;
   const size_t my_count = end(rank_) - begin(rank_);
   for (int k = 1; k < size() && my_count > 0; ++k) {
     const int r = (rank_ + k) % size();
     reduce_into(mine, slot(r, buffer) + begin(rank_) * element, my_count, dtype, op);
   }
+  copy(own_slot + begin(rank_) * element, mine, my_count * element);
   sync();
-  for (int k = 0; k < size(); ++k) {
+  for (int k = 1; k < size(); ++k) {
     const int r = (rank_ + k) % size();
     copy(data + begin(r) * element, slot(r, buffer) + begin(r) * element, (end(r) - begin(r)) * element);
   }
