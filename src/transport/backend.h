@@ -126,6 +126,8 @@ struct ShmOptions {
   std::string host_identity;  // added to this host's identity (tests simulate hosts)
   int host_ranks = 0;         // the job's ranks on this host (0: unknown); waits spin less when
                               // they outnumber the cores
+  int world_size = 0;         // the job's ranks (0: unknown); a set naming a rank beyond them is
+                              // refused at once
 };
 
 // Sets whose members all publish the same host identity (boot id, host

@@ -35,7 +35,8 @@ JobTransport open_launcher_job(RuntimeConfig config) {
 // Sets on one host take shared memory, others the job's network factory.
 JobTransport with_shared_memory(JobTransport job) {
   if (job.config.size > 1 && job.factory) {
-    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity, job.config.local_size};
+    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity, job.config.local_size,
+                       job.config.size};
     job.factory = make_shm_backend_factory(std::move(job.factory), std::move(options));
   }
   return job;

@@ -408,6 +408,19 @@ std::vector<bool> shm_chosen(int n, const std::function<ShmOptions(int rank)>& o
   return std::vector<bool>(chosen.begin(), chosen.end());
 }
 
+TEST(ShmChoice, ASetNamingARankBeyondTheJobIsRefusedAtOnce) {
+  ShmOptions options;
+  options.world_size = 4;
+  auto factory = make_shm_backend_factory(make_local_backend_factory(), options);
+  // Refused before any member is awaited (a wait would end in Timeout).
+  try {
+    factory->create({0, 9}, 0, make_hash_store(), milliseconds(60'000));
+    FAIL() << "a set naming global rank 9 of 4 was made";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("global rank 9 is not in the job's 4 ranks"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ShmChoice, MembersOnOneHostShareMemory) {
   EXPECT_EQ(shm_chosen(3, [](int) { return ShmOptions{}; }), std::vector<bool>(3, true));
 }

@@ -122,6 +122,9 @@ class ShmBackendFactory final : public BackendFactory {
                                   std::shared_ptr<Store> set_store, milliseconds timeout,
                                   const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
+    if (options_.world_size > 0 && global_ranks.back() >= options_.world_size)
+      throw InvalidArgument("backend: global rank " + std::to_string(global_ranks.back()) + " is not in the job's " +
+                            std::to_string(options_.world_size) + " ranks");
     if (!set_store) throw InvalidArgument("shm backend: the set store is null");
     if (global_ranks.size() > 1) {
       const std::shared_ptr<HeadStart> head = take_head_start(*set_store);
