@@ -15,6 +15,11 @@ class Store {
  public:
   virtual ~Store() = default;
   virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Sets `key` without waiting for the store to confirm it: for values that
+  // others wait for while this thread goes on to wait for theirs. Readers
+  // see the value as they would after set(); an error surfaces at a later
+  // call. Stores without a cheaper way simply set().
+  virtual void post(const std::string& key, const std::vector<uint8_t>& value) { set(key, value); }
   // Blocks until `key` exists, then returns its value.
   virtual std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Atomically adds `delta` to the integer stored at `key` (0 if absent) and

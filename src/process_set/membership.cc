@@ -49,7 +49,7 @@ std::string process_set_id_key(const std::vector<int>& ranks, SetOrigin origin, 
 void publish_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
                             int32_t id) {
   std::string text = std::to_string(id);
-  store.set(process_set_id_key(ranks, origin, generation), std::vector<uint8_t>(text.begin(), text.end()));
+  store.post(process_set_id_key(ranks, origin, generation), std::vector<uint8_t>(text.begin(), text.end()));
 }
 
 int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,

@@ -67,7 +67,7 @@ std::string launcher_process_key(int global_rank) { return "hora.process." + std
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
                    const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile) {
   const int me = set.ranks.at(static_cast<size_t>(set.rank));
-  set_store.set(presence_key(me), {'1'});
+  set_store.post(presence_key(me), {'1'});
   if (meanwhile) meanwhile();
   std::vector<std::string> keys;
   for (int rank : set.ranks) keys.push_back(presence_key(rank));

@@ -14,6 +14,9 @@ class PrefixStore final : public Store {
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     base_->set(prefix_ + key, value);
   }
+  void post(const std::string& key, const std::vector<uint8_t>& value) override {
+    base_->post(prefix_ + key, value);
+  }
 
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
     return base_->get(prefix_ + key, timeout);

@@ -106,6 +106,10 @@ class Connection {
   // Set when recv_frame gave up because the deadline passed.
   bool timed_out() const { return timed_out_; }
 
+  // Replies still owed for requests posted on this connection (post()):
+  // the next exchange reads them before its own.
+  int& unread_replies() { return unread_replies_; }
+
  private:
   void recv_exact(uint8_t* out, size_t n, Clock::time_point deadline) {
     try {
@@ -120,6 +124,7 @@ class Connection {
 
   net::Socket socket_;
   bool timed_out_ = false;
+  int unread_replies_ = 0;
 };
 
 // Connects to host:port, retrying until `deadline`; throws hora::Timeout.
@@ -140,13 +145,25 @@ class TcpStore final : public Store {
       : host_(std::move(host)), port_(port), secret_(std::move(secret)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    check_key(key);
-    if (value.size() > kMaxValueBytes) {
-      throw InvalidArgument("rendezvous value of " + std::to_string(value.size()) +
-                            " bytes for key " + quote_key(key) + " exceeds the limit of " +
-                            std::to_string(kMaxValueBytes) + " bytes");
-    }
+    check_value(key, value);
     call({Command::kSet, 0, {key}, value}, kConnectTimeout);
+  }
+
+  // Sends the set and returns: its reply is read by the next exchange on
+  // the same connection, which the server answers in order.
+  void post(const std::string& key, const std::vector<uint8_t>& value) override {
+    check_value(key, value);
+    const std::vector<uint8_t> frame = encode_request(secret_, {Command::kSet, 0, {key}, value});
+    const auto deadline = deadline_after(kConnectTimeout);
+    std::optional<Connection> connection = take_idle();
+    if (!connection) connection.emplace(open_connection(host_, port_, deadline));
+    try {
+      connection->send_all(frame, deadline);
+    } catch (const ConnectionLost& lost) {
+      throw_lost_connection(lost, false);
+    }
+    ++connection->unread_replies();
+    give_back(std::move(*connection));
   }
 
   std::vector<uint8_t> get(const std::string& key, milliseconds timeout) override {
@@ -193,6 +210,15 @@ class TcpStore final : public Store {
  private:
   std::string where() const { return host_ + ":" + std::to_string(port_); }
 
+  static void check_value(const std::string& key, const std::vector<uint8_t>& value) {
+    check_key(key);
+    if (value.size() > kMaxValueBytes) {
+      throw InvalidArgument("rendezvous value of " + std::to_string(value.size()) +
+                            " bytes for key " + quote_key(key) + " exceeds the limit of " +
+                            std::to_string(kMaxValueBytes) + " bytes");
+    }
+  }
+
   static void check_key(const std::string& key) {
     if (key.size() > kMaxKeyBytes) {
       throw InvalidArgument("rendezvous key " + quote_key(key) + " of " +
@@ -219,7 +245,9 @@ class TcpStore final : public Store {
       give_back(std::move(*connection));
       return reply;
     } catch (const ConnectionLost& lost) {
-      if (connection->timed_out() || !reused) throw_lost_connection(lost, connection->timed_out());
+      // Posted sets may be lost with a broken connection: no resend then.
+      if (connection->timed_out() || !reused || connection->unread_replies() > 0)
+        throw_lost_connection(lost, connection->timed_out());
     }
     // The connection had broken since its last use: reconnect once and resend.
     connection.emplace(open_connection(host_, port_, connect_deadline));
@@ -246,9 +274,13 @@ class TcpStore final : public Store {
   }
 
   // A connection whose exchange threw is dropped by the caller: the stream
-  // may be out of step, and the server closes after a refusal.
-  static Reply exchange(Connection& connection, const std::vector<uint8_t>& frame, Clock::time_point deadline) {
+  // may be out of step, and the server closes after a refusal. The replies
+  // to sets posted on the connection come first; a refusal among them is
+  // this call's error.
+  Reply exchange(Connection& connection, const std::vector<uint8_t>& frame, Clock::time_point deadline) const {
     connection.send_all(frame, deadline);
+    for (; connection.unread_replies() > 0; --connection.unread_replies())
+      check_refusal(decode_reply(connection.recv_frame(deadline)));
     return decode_reply(connection.recv_frame(deadline));
   }
 

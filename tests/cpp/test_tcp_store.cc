@@ -121,6 +121,48 @@ TEST_F(TcpStoreTest, GetReturnsTheBytesLastSet) {
   EXPECT_EQ(connect()->get("binary", milliseconds(1000)), binary);
 }
 
+TEST_F(TcpStoreTest, PostedValuesAreSeenByEveryClientAndKeepTheirOrder) {
+  auto store = connect();
+  auto other = connect();
+  // Many posts on one connection, then calls: each call reads the replies
+  // owed before its own.
+  for (int i = 0; i < 100; ++i) store->post("posted." + std::to_string(i), bytes_of(std::to_string(i)));
+  store->post("twice", bytes_of("first"));
+  store->post("twice", bytes_of("second"));
+  EXPECT_EQ(store->add("counter", 5), 5);
+  EXPECT_EQ(store->get("twice", milliseconds(1000)), bytes_of("second"));
+  for (int i = 0; i < 100; i += 33)
+    EXPECT_EQ(other->get("posted." + std::to_string(i), milliseconds(1000)), bytes_of(std::to_string(i)));
+  // A post another client waits for.
+  std::thread poster([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    store->post("late", bytes_of("here"));
+  });
+  other->wait({"late"}, milliseconds(5000));
+  poster.join();
+  EXPECT_EQ(other->get("late", milliseconds(0)), bytes_of("here"));
+}
+
+TEST_F(TcpStoreTest, APostThatIsRefusedFailsTheNextCall) {
+  auto store = connect("not-the-job-secret");
+  store->post("k", bytes_of("v"));  // returns before the refusal arrives
+  try {
+    store->get("k", milliseconds(100));
+    FAIL() << "the refusal of a posted set was lost";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(store->post(std::string(5000, 'k'), bytes_of("v")), InvalidArgument);
+  EXPECT_THROW(connect()->post("k", std::vector<uint8_t>(65 << 20)), InvalidArgument);
+  EXPECT_THROW(connect()->get("k", milliseconds(0)), Timeout);  // nothing was stored
+}
+
+TEST_F(TcpStoreTest, PrefixStoresPostUnderTheirPrefix) {
+  auto store = connect();
+  make_prefix_store("set.7", store)->post("presence/3", bytes_of("1"));
+  EXPECT_EQ(connect()->get("set.7/presence/3", milliseconds(1000)), bytes_of("1"));
+}
+
 TEST_F(TcpStoreTest, LargeValuesRoundTrip) {
   auto store = connect();
   std::vector<uint8_t> big(8 << 20);

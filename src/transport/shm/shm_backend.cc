@@ -102,7 +102,8 @@ void ShmBackend::wait_for_all(uint64_t phase) {
     check_data_plane(phase);
     drain_if_reader();
   };
-  if (bells_[rank_].wait(ready, idle, deadline(), tuning_.spin)) return;
+  const auto spin = phase > op_start_phase_ + 1 ? tuning_.spin_in_op : tuning_.spin;
+  if (bells_[rank_].wait(ready, idle, deadline(), spin)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);

@@ -23,8 +23,13 @@ struct ShmTuning {
   // Allreduce chunks of at most this many bytes take the one-sync path;
   // larger ones reduce-scatter then allgather through the slots.
   size_t small_bytes = 64 * 1024;
-  // How long a waiter spins before it sleeps on its doorbell.
+  // How long a waiter spins before it sleeps on its doorbell: at a
+  // collective's first sync (the others may not have called it yet) and at
+  // its later ones, where every member is inside the collective, copying
+  // or reducing its part, and a futex wake-up would cost more than the
+  // wait.
   std::chrono::nanoseconds spin{20'000};
+  std::chrono::nanoseconds spin_in_op{200'000};
 };
 
 // One member's view of the segment (see segment.h for its layout). Every
@@ -134,6 +139,7 @@ class ShmBackend final : public Backend {
 
   // Engine thread only.
   uint64_t phase_ = 0;   // phases this member has published
+  uint64_t op_start_phase_ = 0;  // the phase_ before the current collective's first sync
   uint64_t chunks_ = 0;  // chunks moved through the slots, for double buffering
   uint64_t prepared_ = 0;  // bytes of each own slot allocated so far
   std::string broken_;   // the first data-plane failure

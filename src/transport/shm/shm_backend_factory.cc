@@ -156,7 +156,7 @@ class ShmBackendFactory final : public BackendFactory {
   // Every member publishes its identity in the set's store (prepare() or
   // create() does), whether or not it needs the others'.
   void publish_identity(const std::vector<int>& global_ranks, int rank, Store& store) const {
-    store.set("shm/host/" + std::to_string(rank), bytes_of(my_identity(global_ranks[rank])));
+    store.post("shm/host/" + std::to_string(rank), bytes_of(my_identity(global_ranks[rank])));
   }
 
   // Every member's host identity, by set rank; when a member has the path
@@ -301,7 +301,7 @@ class ShmBackendFactory final : public BackendFactory {
     } catch (const Error& e) {
       problem = e.what();
     }
-    store.set(kSegmentKey, bytes_of(problem.empty() ? guard.name + " " + std::to_string(layout.total_bytes) : "-" + problem));
+    store.post(kSegmentKey, bytes_of(problem.empty() ? guard.name + " " + std::to_string(layout.total_bytes) : "-" + problem));
     if (problem.empty()) {
       try {
         segment = Segment::create(guard.name, layout);
@@ -310,7 +310,7 @@ class ShmBackendFactory final : public BackendFactory {
         guard.name.clear();  // create() removed what it made, if anything
         problem = e.what();
       }
-      store.set(kReadyKey, bytes_of(problem.empty() ? "ok " + guard.name + " " + std::to_string(layout.total_bytes)
+      store.post(kReadyKey, bytes_of(problem.empty() ? "ok " + guard.name + " " + std::to_string(layout.total_bytes)
                                                     : "-" + problem));
     }
     if (problem.empty()) return true;
@@ -376,7 +376,7 @@ class ShmBackendFactory final : public BackendFactory {
     // More members (or ranks of the job on this host) than cores: a
     // spinning waiter takes the core its peer needs.
     const size_t busy = std::max(members, static_cast<size_t>(std::max(options_.host_ranks, 0)));
-    if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = std::chrono::microseconds(2);
+    if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = tuning.spin_in_op = std::chrono::microseconds(2);
     return tuning;
   }
 
