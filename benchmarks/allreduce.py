@@ -8,10 +8,18 @@ same run on the same machine. hora-core is hora's C++ core with no front end
     python benchmarks/allreduce.py --backend mpi  # hora on MPI, mpi4py, torch
     python benchmarks/allreduce.py --np 2 --peers hora,hora-noshm,torch   # shared memory on and off
     python benchmarks/allreduce.py --np 2 --peers hora,hora-core,mpi4py   # the core alone (C++, no Python)
+    python benchmarks/allreduce.py --np 2 --peers hora,hora-core,shm-floor  # beside the machine's floor
+
+shm-floor (build/hora_shm_floor, from benchmarks/shm_floor.cc) is the same
+shared-memory data movement with nothing around it, forked processes
+spinning on counters: the floor this machine allows at that moment, which on
+a shared virtual machine moves several-fold from minute to minute (it spins
+without end, so it runs only where every rank has a CPU of its own).
 
 Each peer runs as its own job under horarun; every rank times in-place
 float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
-size is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
+size is taken. Every peer runs --rounds times (3), in an order that rotates
+from round to round, and the median over rounds is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
 define it. hora on MPI and mpi4py run under mpirun (horarun --mpi), the others
 under horarun. Not a test: it prints a table and, for each other peer, its
 time over hora's (above 1: hora is faster).
@@ -93,18 +101,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def built_program(name, peer):
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", name)
+    if not os.path.exists(path):
+        raise SystemExit(f"{peer} needs {path}: run `make cpp` first")
+    return path
+
+
 def run_peer(peer, np_, sizes, backend):
-    # hora on MPI and mpi4py run under mpirun; hora on Gloo and torch under horarun.
+    # hora on MPI and mpi4py run under mpirun; hora on Gloo and torch under
+    # horarun; the floor forks its own processes.
     hora = peer.startswith("hora")
     through_mpi = peer == "mpi4py" or (hora and backend == "mpi")
     launcher = ["--mpi"] if through_mpi else []
     program = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--port", str(free_port())]
     if peer == "hora-core":
-        program = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "hora_core_bench")]
-        if not os.path.exists(program[0]):
-            raise SystemExit(f"hora-core needs {program[0]}: run `make cpp` first")
+        program = [built_program("hora_core_bench", peer)]
     cmd = [sys.executable, "-m", "hora.runner"] + launcher + ["-np", str(np_)] + program + [
         "--sizes", ",".join(map(str, sizes))]
+    if peer == "shm-floor":
+        cmd = [built_program("hora_shm_floor", peer), "--np", str(np_), "--sizes", ",".join(map(str, sizes))]
     env = dict(os.environ, HORA_BACKEND=backend) if hora else None
     if peer == "hora-noshm":
         env["HORA_SHM"] = "0"
@@ -118,6 +134,8 @@ def run_peer(peer, np_, sizes, backend):
         result, end = decoder.raw_decode(text, start)
         per_rank.append(result["RESULT"])
         start = text.find('{"RESULT"', end)
+    if peer == "shm-floor":
+        per_rank *= np_   # one line for all processes: the slowest one's medians
     if len(per_rank) != np_:
         raise SystemExit(f"{peer} on {np_} ranks printed {len(per_rank)} results:\n{out.stdout}")
     return {n: max(r[str(n)] for r in per_rank) for n in sizes}
@@ -136,8 +154,10 @@ def main():
     parser.add_argument("--np", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--backend", choices=("gloo", "mpi"), default="gloo", help="hora's backend")
-    parser.add_argument("--peers", help="comma-separated, from hora, hora-noshm, hora-core, torch, mpi4py (default: hora,torch; "
-                                        "with --backend mpi: hora,mpi4py,torch)")
+    parser.add_argument("--peers", help="comma-separated, from hora, hora-noshm, hora-core, shm-floor, torch, mpi4py "
+                                        "(default: hora,torch; with --backend mpi: hora,mpi4py,torch)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run every peer this many times, in rotating order; report the median (default 3)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -153,20 +173,33 @@ def main():
     sizes = [n for n in SIZES if n <= args.max_bytes]
     peers = (args.peers or ("hora,mpi4py,torch" if args.backend == "mpi" else "hora,torch")).split(",")
     others = [p for p in peers if p != "hora"] if "hora" in peers else []
+    cpus = len(os.sched_getaffinity(0))
     for np_ in args.np:
-        measured = {peer: run_peer(peer, np_, sizes, args.backend) for peer in peers}
-        print(f"\nallreduce float32 Sum, {np_} ranks, hora on {args.backend} (median of the slowest rank)")
-        header = f"{'size':>9}" + "".join(f" {p + ' time':>14} {p + ' busbw':>12}" for p in peers)
-        header += "".join(f" {p + '/hora':>11}" for p in others)
+        here = [p for p in peers if p != "shm-floor" or np_ <= cpus]
+        if here != peers:
+            print(f"\nshm-floor left out at {np_} ranks: it spins, and there are {cpus} CPUs")
+        # Rounds, each running every peer once, in an order that rotates: on a
+        # shared machine whose speed drifts, each peer then meets the same
+        # moments, and the median over rounds is what a peer is given.
+        rounds = {peer: [] for peer in here}
+        for r in range(args.rounds):
+            for peer in here[r % len(here):] + here[:r % len(here)]:
+                rounds[peer].append(run_peer(peer, np_, sizes, args.backend))
+        measured = {peer: {n: statistics.median(x[n] for x in rounds[peer]) for n in sizes} for peer in here}
+        print(f"\nallreduce float32 Sum, {np_} ranks, hora on {args.backend} (median of the slowest rank, "
+              f"median of {args.rounds} rounds)")
+        header = f"{'size':>9}" + "".join(f" {p + ' time':>14} {p + ' busbw':>12}" for p in here)
+        header += "".join(f" {p + '/hora':>11}" for p in others if p in here)
         print(header)
         for n in sizes:
             row = f"{human(n):>9}"
-            for p in peers:
+            for p in here:
                 t = measured[p][n]
                 busbw = n * 2 * (np_ - 1) / np_ / t / 1e9
                 row += f" {t * 1e6:>11.1f} us {busbw:>8.3f} GB/s"
             for p in others:
-                row += f" {measured[p][n] / measured['hora'][n]:>10.2f}x"
+                if p in here:
+                    row += f" {measured[p][n] / measured['hora'][n]:>10.2f}x"
             print(row, flush=True)
 
 
