@@ -20,6 +20,7 @@ PYTHON_PACKAGES=(
   "tensorflow-cpu tensorflow-cpu==2.21.0 2.21.0"
   "numpy numpy "
   "cloudpickle cloudpickle "
+  "PyYAML pyyaml "
   "pytest pytest "
   "mpi4py mpi4py "
   "matplotlib matplotlib "
@@ -43,6 +44,7 @@ MXNET_PYTHON_PACKAGES=(
   "mxnet mxnet==1.9.1 1.9.1"
   "numpy numpy==1.23.5 1.23.5"
   "cloudpickle cloudpickle "
+  "PyYAML pyyaml "
   "pytest pytest "
   "wheel wheel "
 )

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 #include <utility>
 
 namespace hora::net {
@@ -114,6 +115,12 @@ struct ConnectOptions {
 // messages. Throws Timeout when the deadline passes ("cannot reach <peer>
 // at host:port: <last error>" when retrying).
 Socket connect_to(const std::string& host, int port, const std::string& peer, const ConnectOptions& options);
+
+// The address of the first of `interfaces` (network interface names, in
+// order of preference) that this host has with an IPv4 address, else its
+// IPv6 one; throws InvalidArgument naming the interfaces asked for and
+// those the host has when none is usable.
+std::string interface_address(const std::vector<std::string>& interfaces);
 
 // "host:port" (an IPv6 host in brackets) split into host and port; throws
 // InvalidArgument when malformed.

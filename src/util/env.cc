@@ -1,10 +1,13 @@
 // The one place hora reads environment variables.
 #include <cctype>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "hora/errors.h"
 #include "hora/runtime_config.h"
+#include "net/socket.h"
 
 namespace hora {
 namespace {
@@ -110,6 +113,21 @@ RuntimeConfig runtime_config_from_env() {
                                             slurm ? "SLURM_STEP_NUM_NODES" : "", slurm ? "SLURM_NNODES" : ""},
                                            1));
   c.hostname = read_string({"HORA_HOSTNAME", "HOROVOD_HOSTNAME"}, c.hostname);
+  // horovodrun --network-interfaces: listen on the first of them this host has.
+  const std::string interfaces = read_string({"HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE"}, "");
+  if (!interfaces.empty()) {
+    std::vector<std::string> names;
+    for (size_t begin = 0; begin <= interfaces.size();) {
+      const size_t end = std::min(interfaces.find(',', begin), interfaces.size());
+      if (end > begin) names.push_back(interfaces.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    try {
+      c.hostname = net::interface_address(names);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("HORA_NETWORK_INTERFACES='") + interfaces + "': " + e.what());
+    }
+  }
   c.rendezvous_port = static_cast<int>(read_int({"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT"}, 0));
   c.secret = read_string({"HORA_SECRET"}, "");
   long long fusion = read_int({"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"}, 64 << 20);

@@ -49,7 +49,8 @@ class Environment {
       "HOROVOD_CPU_OPERATIONS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
       "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NNODES", "SLURM_STEP_NUM_NODES"};
+      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NNODES", "SLURM_STEP_NUM_NODES",
+      "HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE"};
 
   void save(const std::string& name) {
     for (const auto& entry : saved_)
@@ -189,6 +190,29 @@ TEST(TransportRegistry, MpiWithoutTheBuildSaysHowToGetIt) {
     FAIL() << "the MPI backend was opened without MPI";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("no MPI backend"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EnvLaunchers, NetworkInterfacesChooseTheAddressRanksListenOn) {
+  Environment env;
+  env.set("HORA_NETWORK_INTERFACES", "no-such-interface0,lo");
+  EXPECT_EQ(runtime_config_from_env().hostname, "127.0.0.1");
+  env.unset("HORA_NETWORK_INTERFACES");
+  env.set("HOROVOD_GLOO_IFACE", "lo");
+  EXPECT_EQ(runtime_config_from_env().hostname, "127.0.0.1");
+  env.set("HORA_NETWORK_INTERFACES", "no-such-interface0,,no-such-interface1");
+  try {
+    runtime_config_from_env();
+    FAIL() << "an interface this host lacks was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("HORA_NETWORK_INTERFACES='no-such-interface0,,no-such-interface1'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("none of the network interfaces no-such-interface0, no-such-interface1 has an address"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("; it has "), std::string::npos) << message;
+    EXPECT_NE(message.find(" lo"), std::string::npos) << message;
   }
 }
 

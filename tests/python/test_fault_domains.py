@@ -115,7 +115,10 @@ def test_keep_going_reports_every_rank_and_exits_with_the_first_failure():
 
 
 def test_stall_warning_names_the_tensor_and_the_missing_rank(tmp_path):
-    run = horarun("stall.py", ["late", tmp_path], env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}, keep_going=False)
+    # Rank 1 is 2.5 s late: an op timeout well above that, so that a slow
+    # start on a busy machine does not turn lateness into a failure.
+    run = horarun("stall.py", ["late", tmp_path],
+                  env={"HOROVOD_STALL_CHECK_TIME_SECONDS": "1", "HORA_OP_TIMEOUT_SECONDS": "10"}, keep_going=False)
     assert run.returncode == 0, describe(run)
     results = results_of(run)
     assert results[0]["sum"] == results[1]["sum"] == 2.0

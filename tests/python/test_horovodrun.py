@@ -84,6 +84,101 @@ def test_flags_without_meaning_are_accepted_and_noted_once():
     assert len(notes) == sum(len(options) for options, _, _ in horovodrun.NO_EFFECT), notes
 
 
+CONFIG = textwrap.dedent("""
+    controller: mpi
+    params:
+      fusion_threshold_mb: 8
+      cycle_time_ms: 5
+      cache_capacity: 64
+      hierarchical_allreduce: false
+    timeline:
+      filename: trace.json
+      mark_cycles: true
+    stall_check:
+      enabled: false
+      warning_time_seconds: 9
+      shutdown_time_seconds: 0
+    library_options:
+      gloo_timeout_seconds: 77
+    logging:
+      level: INFO
+""")
+
+
+def test_a_config_file_sets_what_the_command_line_does_not(tmp_path):
+    config = tmp_path / "horovod.yaml"
+    config.write_text(CONFIG)
+    args = horovodrun.parse_args(["-np", "2", "--config-file", str(config), "--cache-capacity", "3", "x"])
+    assert args.use_mpi and not args.use_gloo
+    assert horovodrun.environment_settings(args) == {
+        "HOROVOD_FUSION_THRESHOLD": str(8 << 20), "HOROVOD_CACHE_CAPACITY": "3",   # the flag wins
+        "HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "9",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "0", "HOROVOD_GLOO_TIMEOUT_SECONDS": "77"}
+    argv = horovodrun.horarun_arguments(args)
+    assert argv[argv.index("--timeline-filename") + 1] == "trace.json" and "--timeline-mark-cycles" in argv
+    assert "--mpi" in argv
+    # Keys without meaning on hora are noted like their flags; false ones are not.
+    assert args.no_effect == {"params.cycle_time_ms in --config-file": "hora negotiates when work arrives, "
+                                                                        "without a cycle",
+                              "logging.level in --config-file": "hora prints warnings and errors only"}
+    # --gloo on the command line wins over the file's controller.
+    args = horovodrun.parse_args(["-np", "2", "--gloo", "--config-file", str(config), "x"])
+    assert not args.use_mpi
+
+
+def test_a_config_file_reaches_the_ranks(tmp_path):
+    config = tmp_path / "horovod.yaml"
+    config.write_text("params:\n  fusion_threshold_mb: 5\nstall_check:\n  warning_time_seconds: 12\n")
+    result = run("-np", "1", "--config-file", str(config), sys.executable, "-c", PRINT_ENV,
+                 env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr
+    env = json.loads(result.stdout.split(":", 1)[1])
+    assert env["HOROVOD_FUSION_THRESHOLD"] == str(5 << 20) and env["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "12"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("params: [1, 2]", "section 'params' must be a mapping"),
+    ("parameters:\n  fusion_threshold_mb: 1", "unknown section 'parameters'"),
+    ("params:\n  fusion_threshold: 1", "unknown key 'fusion_threshold' in section 'params'"),
+    ("params:\n  fusion_threshold_mb: lots", "params.fusion_threshold_mb must be an integer, got 'lots'"),
+    ("params:\n  cache_capacity: -1", "params.cache_capacity must not be negative, got -1"),
+    ("stall_check:\n  enabled: maybe", "stall_check.enabled must be true or false, got 'maybe'"),
+    ("controller: nccl", "controller must be gloo or mpi, got 'nccl'"),
+    ("- a list", "must hold a mapping of sections, got list"),
+    ("params: {fusion_threshold_mb: 1", "is not valid YAML"),
+])
+def test_a_bad_config_file_is_refused_naming_what_is_wrong(tmp_path, text, message):
+    config = tmp_path / "horovod.yaml"
+    config.write_text(text)
+    result = run("-np", "1", "--config-file", str(config), "true")
+    assert result.returncode == 2
+    assert message in result.stderr, result.stderr
+    missing = run("-np", "1", "--config-file", str(tmp_path / "absent.yaml"), "true")
+    assert missing.returncode == 2 and "cannot read --config-file" in missing.stderr
+
+
+def test_network_interfaces_choose_where_ranks_listen():
+    args = horovodrun.parse_args(["-np", "2", "--network-interfaces", "lo", "x"])
+    assert horovodrun.horarun_arguments(args) == ["-np", "2", "--network-interfaces", "lo", "--", "x"]
+    script = "import hora.numpy as hvd; hvd.init(); print(hvd.allreduce([1.0], name='x', op=hvd.Sum)[0])"
+    result = run("-np", "2", "--network-interface", "no-such-interface0,lo", sys.executable, "-c", script,
+                 env=dict(os.environ, OMP_NUM_THREADS="1", HORA_SHM="0"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[0]:2.0", "[1]:2.0"]
+    result = run("-np", "1", "--network-interfaces", "no-such-interface0", sys.executable, "-c",
+                 "import hora.numpy as hvd; hvd.init()", env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode != 0
+    assert "none of the network interfaces no-such-interface0 has an address on this host" in result.stderr
+    assert run("-np", "1", "--network-interfaces", ",", "true").returncode == 2
+
+
+def test_mpirun_uses_the_network_interfaces():
+    args = launch.parse_args(["-np", "2", "--mpi", "--network-interfaces", "eth0,ib0", "x"])
+    cmd = mpi_run.mpirun_command(args, "mpirun", "openmpi", {}, is_root=False)
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth0,ib0" and cmd[cmd.index("btl_tcp_if_include") - 1] == "--mca"
+    assert launch.job_environment(args)["HORA_NETWORK_INTERFACES"] == "eth0,ib0"
+
+
 def test_mpi_args_without_mpi_are_noted():
     result = run("-np", "1", "--mpi-args=--bind-to none", sys.executable, "-c", "pass")
     assert result.returncode == 0, result.stderr

@@ -10,8 +10,10 @@ Every flag of Horovod 0.28's horovodrun is accepted or refused by name:
   the stall check, --gloo-timeout-seconds);
 - flags that have no meaning on hora (tuning knobs of machinery hora does
   not have) are accepted, and one line on stderr says so, once per flag;
-- flags hora does not support yet (elastic training, jsrun, network
-  interfaces, --config-file) stop with an error naming them.
+- flags hora does not support yet (elastic training, jsrun) stop with an
+  error naming them.
+--config-file reads Horovod's YAML configuration; --network-interfaces
+chooses the interfaces the ranks listen on.
 The shim package (compat/horovod) installs this as the `horovodrun` script.
 """
 
@@ -45,6 +47,7 @@ NO_EFFECT = [
     (("--tcp",), 0, "hora always uses TCP between hosts"),
     (("--binding-args",), 1, "it applies to jsrun/Spectrum MPI only"),
     (("--num-nccl-streams",), 1, "hora does not use NCCL"),
+    (("--ccl-bgt-affinity",), 1, "hora does not use oneCCL"),
     (("--thread-affinity",), 1, "hora does not pin its threads"),
     (("--log-level",), 1, "hora prints warnings and errors only"),
     (("--log-with-timestamp", "--log-without-timestamp", "--log-hide-timestamp",
@@ -61,10 +64,30 @@ NOT_SUPPORTED = [
     (("--blacklist-cooldown-range",), 2, "elastic training"),
     (("--host-discovery-script",), 1, "elastic training"),
     (("--jsrun",), 0, "launching through jsrun (LSF); use --mpi or -H"),
-    (("--network-interface", "--network-interfaces"), 1,
-     "choosing network interfaces: hora reaches each host at the address its name resolves to"),
-    (("--config-file",), 1, "YAML configuration files; give the flags on the command line"),
 ]
+
+# Horovod's --config-file: section -> key -> the flag it stands for (dest,
+# or a NO_EFFECT flag). A flag given on the command line wins over the file.
+CONFIG_KEYS = {
+    "params": {"fusion_threshold_mb": "fusion_threshold_mb", "cycle_time_ms": "--cycle-time-ms",
+               "cache_capacity": "cache_capacity", "hierarchical_allreduce": "--hierarchical-allreduce",
+               "hierarchical_allgather": "--hierarchical-allgather"},
+    "autotune": {"enabled": "--autotune", "log_file": "--autotune-log-file",
+                 "warmup_samples": "--autotune-warmup-samples", "steps_per_sample": "--autotune-steps-per-sample",
+                 "bayes_opt_max_samples": "--autotune-bayes-opt-max-samples",
+                 "gaussian_process_noise": "--autotune-gaussian-process-noise"},
+    "timeline": {"filename": "timeline_filename", "mark_cycles": "timeline_mark_cycles"},
+    "stall_check": {"enabled": "no_stall_check", "warning_time_seconds": "stall_check_warning_time_seconds",
+                    "shutdown_time_seconds": "stall_check_shutdown_time_seconds"},
+    "library_options": {"mpi_threads_disable": "--mpi-threads-disable", "num_nccl_streams": "--num-nccl-streams",
+                        "ccl_bgt_affinity": "--ccl-bgt-affinity", "gloo_timeout_seconds": "gloo_timeout_seconds"},
+    "logging": {"level": "--log-level", "with_timestamp": "--log-with-timestamp"},
+}
+# The types of the keys that map onto a setting: (type, must not be negative).
+CONFIG_TYPES = {"fusion_threshold_mb": (int, True), "cache_capacity": (int, True), "timeline_filename": (str, False),
+                "timeline_mark_cycles": (bool, False), "no_stall_check": (bool, False),
+                "stall_check_warning_time_seconds": (int, True), "stall_check_shutdown_time_seconds": (int, True),
+                "gloo_timeout_seconds": (int, True)}
 
 # Horovod's tuning flags that hora reads as HOROVOD_* variables:
 # dest -> (variable, conversion of the flag's value).
@@ -144,6 +167,8 @@ def build_parser():
     parser.add_argument("--stall-check-shutdown-time-seconds", type=int)
     parser.add_argument("--gloo-timeout-seconds", type=int)
     parser.add_argument("--timeline-filename")
+    parser.add_argument("--network-interface", "--network-interfaces", dest="network_interfaces")
+    parser.add_argument("--config-file")
     marks = parser.add_mutually_exclusive_group()
     marks.add_argument("--timeline-mark-cycles", action="store_true", dest="timeline_mark_cycles")
     marks.add_argument("--no-timeline-mark-cycles", action="store_false", dest="timeline_mark_cycles")
@@ -168,6 +193,8 @@ def horarun_arguments(args):
                         ("--timeline-filename", args.timeline_filename)):
         if value is not None:
             argv += [flag, str(value)]
+    if args.network_interfaces is not None:
+        argv += ["--network-interfaces", args.network_interfaces]
     if args.use_mpi:
         argv.append("--mpi")
     if args.verbose:
@@ -185,9 +212,102 @@ def environment_settings(args):
             if getattr(args, dest) is not None}
 
 
+def given_on_command_line(parser, argv):
+    """The dests of the options in `argv` before the command."""
+    given = set()
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--" or not token.startswith("-"):
+            break
+        action = parser._option_string_actions.get(token.split("=", 1)[0])
+        if action is None:
+            continue
+        given.add(action.dest)
+        values = 1 if action.nargs is None else action.nargs if isinstance(action.nargs, int) else 0
+        if "=" not in token:
+            for _ in range(values):
+                next(tokens, None)
+    return given
+
+
+def _config_value(where, dest, value):
+    kind, non_negative = CONFIG_TYPES[dest]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{where} must be an integer, got {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"{where} must be true or false, got {value!r}")
+    if kind is str and not isinstance(value, str):
+        raise ValueError(f"{where} must be a string, got {value!r}")
+    if non_negative and value < 0:
+        raise ValueError(f"{where} must not be negative, got {value}")
+    return value
+
+
+def apply_config_file(args, path, given):
+    """Sets `args` from Horovod's YAML configuration at `path`, except what
+    the command line `given` set; raises ValueError naming what is wrong."""
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError("--config-file needs PyYAML (pip install pyyaml)") from None
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except OSError as error:
+        raise ValueError(f"cannot read --config-file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"--config-file {path} is not valid YAML: {error}") from None
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise ValueError(f"--config-file {path} must hold a mapping of sections, got {type(config).__name__}")
+    for section, values in config.items():
+        if section == "controller":
+            if not isinstance(values, str) or values.lower() not in ("gloo", "mpi"):
+                raise ValueError(f"{path}: controller must be gloo or mpi, got {values!r}")
+            if not ({"use_gloo", "use_mpi"} & given):
+                args.use_mpi, args.use_gloo = values.lower() == "mpi", values.lower() == "gloo"
+            continue
+        keys = CONFIG_KEYS.get(section)
+        if keys is None:
+            raise ValueError(f"{path}: unknown section {section!r} (Horovod's are controller, "
+                             f"{', '.join(CONFIG_KEYS)})")
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: section {section!r} must be a mapping, got {type(values).__name__}")
+        for key, value in values.items():
+            target = keys.get(key)
+            where = f"{path}: {section}.{key}"
+            if target is None:
+                raise ValueError(f"{path}: unknown key {key!r} in section {section!r} (it takes "
+                                 f"{', '.join(keys)})")
+            if target.startswith("--"):
+                if value not in (None, False):
+                    args.no_effect.setdefault(f"{section}.{key} in --config-file", _no_effect_reason(target))
+                continue
+            value = _config_value(where, target, value)
+            if target == "no_stall_check":
+                value = not value   # the file says whether the check is enabled
+            if target not in given:
+                setattr(args, target, value)
+
+
+def _no_effect_reason(flag):
+    for flags, _, reason in NO_EFFECT:
+        if flag in flags:
+            return reason
+    return "hora has no such setting"
+
+
 def parse_args(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config_file is not None:
+        try:
+            apply_config_file(args, args.config_file, given_on_command_line(parser, argv))
+        except ValueError as error:
+            parser.error(str(error))
+    if args.network_interfaces is not None and not [n for n in args.network_interfaces.split(",") if n]:
+        parser.error("--network-interfaces names no interface")
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.num_proc is None:

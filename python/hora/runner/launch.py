@@ -110,6 +110,10 @@ def parse_args(argv, raise_errors=False):
                         metavar="SECONDS",
                         help="print every SECONDS (default %(const)g) one line per process set (ops/s, "
                              "GB/s, slowest member, stalls) and a per-set summary at the end")
+    parser.add_argument("--network-interfaces", metavar="IFACES",
+                        help="network interfaces for the ranks' traffic, comma-separated, in order of "
+                             "preference (each rank listens on the first its host has; "
+                             "HORA_NETWORK_INTERFACES)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
@@ -140,6 +144,8 @@ def _checked(args, parser):
         parser.error(f"--monitor takes a positive number of seconds, got {args.monitor:g}")
     if args.monitor is not None and getattr(args, "mpi", False):
         parser.error("--monitor needs horarun's own launcher; under --mpi horarun does not run the job's store")
+    if args.network_interfaces is not None and not [name for name in args.network_interfaces.split(",") if name]:
+        parser.error("--network-interfaces names no interface")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error(f"--ssh-port must be a port number (1..65535), got {args.ssh_port}")
     try:
@@ -169,8 +175,8 @@ def _start_timeout_from_environment(parser):
 
 def job_environment(args):
     """The variables horarun's options set for every rank: the timeline's
-    (a relative path made absolute here, where horarun runs) and the
-    monitor's publishing interval."""
+    (a relative path made absolute here, where horarun runs), the
+    monitor's publishing interval and the network interfaces."""
     variables = {}
     if args.timeline_filename:
         path = os.path.abspath(args.timeline_filename)
@@ -180,6 +186,8 @@ def job_environment(args):
         variables.update(HORA_TIMELINE_MARK_CYCLES="1", HOROVOD_TIMELINE_MARK_CYCLES="1")
     if args.monitor is not None:
         variables[job_monitor.INTERVAL_VARIABLE] = f"{args.monitor:g}"
+    if getattr(args, "network_interfaces", None):
+        variables["HORA_NETWORK_INTERFACES"] = args.network_interfaces
     return variables
 
 

@@ -76,6 +76,10 @@ def mpirun_command(args, mpirun, flavour, environ, is_root):
             cmd += ["--output-filename", output_filename]
         if timestamps:
             cmd.append("--timestamp-output")
+        interfaces = getattr(args, "network_interfaces", None)
+        if interfaces:
+            # MPI's own TCP traffic on them too, as horovodrun does.
+            cmd += ["--mca", "btl_tcp_if_include", interfaces, "--mca", "oob_tcp_if_include", interfaces]
     else:
         for option, given in (("--ssh-port/--ssh-identity-file", ssh_arguments),
                               ("--output-filename", output_filename),

@@ -34,6 +34,9 @@ ENVIRONMENT = [
      "seconds (horarun --monitor sets it)", "none"),
     ("HORA_METRICS_PORT", None, "serve each rank's per-set counters in the Prometheus text format on this port "
      "plus its local rank (docs/observability.md)", "none"),
+    ("HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "network interfaces, comma-separated, in order of "
+     "preference: a rank listens on the address of the first its host has (horarun --network-interfaces "
+     "sets it)", "the address horarun gives the rank"),
     ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
      "memory (tests simulate several hosts on one)", "empty"),
 ]
