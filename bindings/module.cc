@@ -61,7 +61,10 @@ void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64
   RuntimeConfig config = runtime_config_from_env();
   config.mpi_communicator = mpi_communicator;
   config.mpi_world_ranks = mpi_world_ranks;
-  config.epoch = runtimes_started++;
+  // An elastic round is every worker's common epoch; otherwise each init of
+  // this process is the next one (every rank must init alike).
+  config.epoch = config.elastic_round >= 0 ? config.elastic_round + 1 : runtimes_started;
+  ++runtimes_started;
   nb::gil_scoped_release release;
   runtime = std::make_unique<Runtime>(config, process_sets);
 }

@@ -11,6 +11,9 @@
 
 namespace hora {
 
+// Rounds an elastic job may go through (each takes a block of set ids).
+inline constexpr int kMaxElasticRounds = 2000;
+
 struct RuntimeConfig {
   int rank = 0;
   int size = 1;
@@ -36,6 +39,13 @@ struct RuntimeConfig {
   // count them). Each keeps its rendezvous keys under its own prefix, so
   // that a job can shut down and init again; every rank must do so alike.
   int epoch = 0;
+  // The elastic driver's rendezvous round this Runtime belongs to
+  // (HORA_ELASTIC_ROUND; -1: not an elastic job). Every worker of a round
+  // uses it as its epoch, whatever it ran before, and the round's dynamic
+  // process set ids start above every earlier round's.
+  int elastic_round = -1;
+  // Each round's dynamic set ids take a block of this many.
+  static constexpr int32_t kElasticRoundIds = 1 << 20;
 
   // Sets whose members share a host use shared memory (HORA_SHM=0: never).
   bool shm = true;

@@ -50,6 +50,7 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
   for (const std::vector<int>& ranks : initial_sets)
     sets.push_back(make_set(static_cast<int32_t>(sets.size()), validate_ranks(ranks, config_.size), config_.rank));
   first_dynamic_id_ = static_cast<int32_t>(sets.size());
+  if (config_.elastic_round >= 0) first_dynamic_id_ += config_.elastic_round * RuntimeConfig::kElasticRoundIds;
   try {
     for (const ProcessSet& set : sets) {
       table_->insert(set);

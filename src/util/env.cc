@@ -144,6 +144,11 @@ RuntimeConfig runtime_config_from_env() {
     c.stall_warning_time = std::chrono::milliseconds(0);
   c.stall_shutdown_time =
       millis(read_seconds({"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}, 0));
+  const long long round = read_int({"HORA_ELASTIC_ROUND"}, -1);
+  if (round < -1 || round >= kMaxElasticRounds)
+    throw InvalidArgument("HORA_ELASTIC_ROUND=" + std::to_string(round) + " is outside 0.." +
+                          std::to_string(kMaxElasticRounds - 1));
+  c.elastic_round = static_cast<int>(round);
   c.shm = read_int({"HORA_SHM"}, 1) != 0;
   const long long slot_bytes = read_int({"HORA_SHM_SLOT_BYTES"}, 0);
   if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");

@@ -4,6 +4,7 @@ import atexit
 import sys
 
 from hora import _core
+from hora.common import elastic as _elastic
 from hora.common import interrupts as _interrupts
 from hora.common import metrics_http as _metrics_http
 from hora.common import monitor as _monitor
@@ -45,6 +46,8 @@ def init(comm=None, process_sets=None):
             initial, ids = _mpi.agree_initial_sets([ps.ranks for ps in sets])
         else:
             initial, ids = [ps.ranks for ps in sets], list(range(1, len(sets) + 1))
+        if _elastic.in_elastic_job():
+            _elastic.join_round()   # this worker's rank and size in the driver's newest round
         _core.init(initial, mpi_communicator, world_ranks)
     except BaseException:
         _mpi.on_shutdown()

@@ -76,8 +76,9 @@ def parse_args(argv, raise_errors=False):
         description="Runs a command as the ranks of one hora job.", epilog=usage.epilog())
     parser.add_argument("--version", action="version", version=f"horarun (hora) {usage.version()}",
                         help="print hora's version and exit")
-    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True,
-                        help="number of ranks")
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int,
+                        help="number of ranks (elastic: the workers to wait for before the first round, "
+                             "the default of --min-np and --max-np)")
     parser.add_argument("-H", "--hosts", help="hosts and their slots: a:4,b:4 (default: "
                                               "this machine with -np slots)")
     parser.add_argument("--hostfile", help="file with one 'host slots=N' per line")
@@ -114,6 +115,22 @@ def parse_args(argv, raise_errors=False):
                         help="network interfaces for the ranks' traffic, comma-separated, in order of "
                              "preference (each rank listens on the first its host has; "
                              "HORA_NETWORK_INTERFACES)")
+    elastic = parser.add_argument_group("elastic training (docs/elastic.md)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int,
+                         help="the fewest workers the job runs with (default: -np)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int,
+                         help="the most workers the job runs (default: -np, else no limit)")
+    elastic.add_argument("--host-discovery-script", metavar="SCRIPT",
+                         help="a command printing the usable hosts, one 'host' or 'host:slots' a line; run "
+                              "every HORA_ELASTIC_DISCOVERY_INTERVAL seconds (1)")
+    elastic.add_argument("--slots-per-host", type=int, help="slots of a host the script lists without any")
+    elastic.add_argument("--elastic-timeout", type=float, default=600.0, metavar="SECONDS",
+                         help="how long the job may have fewer than --min-np workers, and how long a worker "
+                              "waits for a round that includes it (default 600)")
+    elastic.add_argument("--reset-limit", type=int, help="stop after this many changes of the workers")
+    elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
+                         help="a host whose worker failed gets no new workers for a random time in this "
+                              "range of seconds (default: for good)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print the placement of ranks and the commands run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each rank runs")
@@ -124,14 +141,53 @@ def parse_args(argv, raise_errors=False):
     return _checked(parser.parse_args(argv), parser)
 
 
+def _checked_elastic(args, parser):
+    """The checks of an elastic job's flags (Horovod's meanings)."""
+    if args.host_discovery_script is None:
+        parser.error("an elastic job (--min-np/--max-np) needs --host-discovery-script")
+    for flag in ("mpi", "keep_going", "hosts", "hostfile", "monitor"):
+        if getattr(args, flag, None):
+            parser.error(f"--{flag.replace('_', '-')} does not apply to an elastic job")
+    args.min_np = args.min_np if args.min_np is not None else args.num_proc or 1
+    args.max_np = args.max_np if args.max_np is not None else args.num_proc or 1 << 30
+    if args.min_np < 1:
+        parser.error(f"--min-np must be at least 1, got {args.min_np}")
+    if args.max_np < args.min_np:
+        parser.error(f"--max-np {args.max_np} is below --min-np {args.min_np}")
+    if args.num_proc is not None and not args.min_np <= args.num_proc <= args.max_np:
+        parser.error(f"-np {args.num_proc} is outside --min-np {args.min_np} .. --max-np {args.max_np}")
+    if args.slots_per_host is not None and args.slots_per_host < 1:
+        parser.error(f"--slots-per-host must be at least 1, got {args.slots_per_host}")
+    if args.elastic_timeout <= 0:
+        parser.error(f"--elastic-timeout must be positive, got {args.elastic_timeout:g}")
+    if args.reset_limit is not None and args.reset_limit < 0:
+        parser.error(f"--reset-limit must not be negative, got {args.reset_limit}")
+    cooldown = args.blacklist_cooldown_range
+    if cooldown is not None and not 0 <= cooldown[0] <= cooldown[1]:
+        parser.error(f"--blacklist-cooldown-range needs 0 <= MIN <= MAX, got {cooldown[0]:g} {cooldown[1]:g}")
+    if args.start_timeout is None:
+        args.start_timeout = _start_timeout_from_environment(parser)
+    args.placements = []
+    return args
+
+
 def _checked(args, parser):
     """`args` with their placements, after the checks argparse cannot make."""
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
         parser.error("no command to run")
+    args.elastic = any(value is not None for value in (args.min_np, args.max_np, args.host_discovery_script))
+    if args.elastic:
+        return _checked_elastic(args, parser)
+    if args.num_proc is None:
+        parser.error("-np is required (or the elastic flags --min-np/--max-np and --host-discovery-script)")
     if args.num_proc <= 0:
         parser.error(f"-np must be at least 1, got {args.num_proc}")
+    for flag, value in (("--slots-per-host", args.slots_per_host), ("--reset-limit", args.reset_limit),
+                        ("--blacklist-cooldown-range", args.blacklist_cooldown_range)):
+        if value is not None:
+            parser.error(f"{flag} applies to elastic jobs only (--host-discovery-script, --min-np, --max-np)")
     if args.keep_going and getattr(args, "mpi", False):
         parser.error("--keep-going needs horarun's own launcher; mpirun stops the job at the first failure")
     if args.hosts and args.hostfile:
@@ -530,6 +586,10 @@ class Job:
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.elastic:
+        from hora.runner import elastic
+
+        return elastic.main(args)
     if args.mpi:
         return mpi_run.run(args, extra_env=job_environment(args))
     job = Job(args)

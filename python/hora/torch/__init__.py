@@ -88,6 +88,7 @@ from hora.torch.mpi_ops import (  # noqa: F401
 from hora.torch import mpi_ops as _mpi_ops
 from hora.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hora.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from hora.torch import elastic  # noqa: F401,E402  (hvd.elastic)
 
 __all__ = [
     "Adasum",
@@ -117,6 +118,7 @@ __all__ = [
     "cuda_built",
     "ddl_built",
     "DistributedOptimizer",
+    "elastic",
     "global_process_set",
     "gloo_built",
     "gloo_enabled",

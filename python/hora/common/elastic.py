@@ -1,0 +1,383 @@
+"""Elastic training, framework-free: Horovod's ``hvd.elastic`` model on hora.
+
+A job started by ``horarun --min-np/--max-np/--host-discovery-script``
+runs workers, not fixed ranks. The driver (``hora.runner.elastic``) numbers
+its rendezvous *rounds*: round r lists the workers that take part and gives
+each its rank, size, local and cross rank. ``hvd.init()`` in such a worker
+joins the newest round that includes it; after a failure or when workers
+were added, ``run`` shuts hora down and joins the next round.
+
+The training function and its state (docs/elastic.md has the whole model):
+
+- ``run(func)``: calls ``func(state, ...)``; a ``HorovodInternalError`` (a
+  collective failed: a peer died) restores the state's last commit, a
+  ``HostsUpdatedInterrupt`` (workers were added or removed) keeps it; either
+  way hora is re-initialised in the next round, the reset callbacks run, the
+  state is synchronised and ``func`` is called again.
+- ``State``: ``commit()`` saves and checks for new rounds, ``restore()``
+  goes back to the last commit, ``sync()`` makes every member equal to the
+  one that holds the newest commit. A state may belong to a process set
+  (``ElasticProcessSet``): it then commits, restores and synchronises among
+  that set's members only, and a failure elsewhere never rolls it back.
+- ``ElasticProcessSet(spec)``: a set re-made in every round from ``spec``:
+  a list of ranks, a function of the round's world size returning ranks
+  (``lambda size: range(0, size, 2)``), or ``Parts(k, i)``, the i-th of k
+  nearly equal parts of the world.
+"""
+
+import copy
+import json
+import os
+import time
+
+import numpy as np
+
+from hora import _core
+from hora.errors import HorovodInternalError, PeerFailureError  # noqa: F401
+
+ROUND_KEY = "elastic/round"          # the newest round, decimal
+ENVIRONMENT_FLAG = "HORA_ELASTIC"    # "1" in a worker of an elastic job
+WORKER_VARIABLE = "HORA_WORKER_ID"   # host:slot, stable for the worker's life
+ROUND_VARIABLE = "HORA_ELASTIC_ROUND"
+TIMEOUT_VARIABLE = "HORA_ELASTIC_TIMEOUT"
+_COORDINATES = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+
+
+def joined_key(worker):
+    """The round worker `worker` joined last (it sets it as it joins)."""
+    return f"elastic/joined/{worker}"
+
+
+def assignment_key(round_):
+    """Round `round_`'s worker -> [rank, size, local rank, local size, cross rank, cross size]."""
+    return f"elastic/round.{round_}/ranks"
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised by ``State.commit()``/``check_host_updates()`` on every member
+    of the state's set at the same step when the driver has started a newer
+    round (workers were added or removed). ``skip_sync`` is Horovod's: True
+    when workers were only removed, so the members already hold equal state."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the elastic job's workers changed")
+        self.skip_sync = skip_sync
+
+
+def in_elastic_job():
+    return os.environ.get(ENVIRONMENT_FLAG) == "1"
+
+
+# The round this process joined last (-1: none yet).
+_joined_round = -1
+
+
+def current_round():
+    return _joined_round
+
+
+def _client():
+    from hora.runner.rendezvous import RendezvousClient
+
+    return RendezvousClient(os.environ["HORA_RENDEZVOUS_ADDR"], int(os.environ["HORA_RENDEZVOUS_PORT"]),
+                            os.environ["HORA_SECRET"])
+
+
+def _timeout():
+    return float(os.environ.get(TIMEOUT_VARIABLE, "600"))
+
+
+def newest_round():
+    """The driver's newest round (-1 before the first)."""
+    with _client() as client:
+        try:
+            return int(client.get(ROUND_KEY, timeout=0))
+        except TimeoutError:
+            return -1
+
+
+def join_round():
+    """Waits for the first round after the one this process joined last
+    that includes this worker (the newest such one), and sets the variables
+    hora's core reads for it. Returns the round."""
+    global _joined_round
+    worker = os.environ[WORKER_VARIABLE]
+    deadline = time.monotonic() + _timeout()
+    with _client() as client:
+        wanted = _joined_round + 1
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"elastic worker {worker}: no rendezvous round after round {_joined_round} "
+                                   f"included it within {_timeout():g} s ({TIMEOUT_VARIABLE})")
+            try:
+                newest = int(client.get(ROUND_KEY, timeout=min(left, 1.0)))
+            except TimeoutError:
+                continue
+            if newest < wanted:
+                time.sleep(0.02)
+                continue
+            assignment = json.loads(client.get(assignment_key(newest), timeout=left))
+            if worker not in assignment:
+                wanted = newest + 1   # a round without this worker: wait for one with it
+                continue
+            for name, value in zip(_COORDINATES, assignment[worker]):
+                os.environ["HORA_" + name] = os.environ["HOROVOD_" + name] = str(value)
+            os.environ[ROUND_VARIABLE] = str(newest)
+            client.set(joined_key(worker), str(newest))
+            _joined_round = newest
+            return newest
+
+
+class Parts:
+    """The `index`-th of `count` nearly equal parts of the world (the first
+    ``size % count`` parts have one rank more), in rank order."""
+
+    def __init__(self, count, index):
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"Parts({count}, {index}): need count >= 1 and 0 <= index < count")
+        self.count, self.index = count, index
+
+    def __call__(self, size):
+        base, extra = divmod(size, self.count)
+        start = self.index * base + min(self.index, extra)
+        return range(start, start + base + (1 if self.index < extra else 0))
+
+    def __repr__(self):
+        return f"Parts({self.count}, {self.index})"
+
+
+def evaluate_spec(spec, size):
+    """The sorted ranks `spec` gives for a world of `size` ranks; raises
+    ValueError naming the spec when they are not ranks of that world."""
+    ranks = spec(size) if callable(spec) else spec
+    try:
+        ranks = sorted({int(r) for r in ranks})
+    except (TypeError, ValueError):
+        raise ValueError(f"process set spec {spec!r} gave {ranks!r} for world size {size}, "
+                         "not a collection of ranks") from None
+    outside = [r for r in ranks if not 0 <= r < size]
+    if outside:
+        raise ValueError(f"process set spec {spec!r} gives rank(s) {outside} outside the world of {size} ranks")
+    return ranks
+
+
+class ElasticProcessSet:
+    """A process set re-made from `spec` in every round (see the module).
+    Between rounds it stands for the set of the round this process joined
+    last: ``process_set`` is that hora ProcessSet (None in a round where
+    the spec gives no ranks), and ``included()``, ``rank()``, ``size()``
+    and ``ranks`` answer for it. A set is made anew each round, with a new
+    id; ids are never reused."""
+
+    def __init__(self, spec, name=None):
+        if not callable(spec):
+            evaluate_spec(spec, max(spec, default=-1) + 1)   # a plain list: checked now
+        self.spec = spec
+        self.name = name or repr(spec)
+        self.process_set = None
+        self._round = None
+        _elastic_sets.append(self)
+
+    def _remake(self, round_):
+        from hora.common import process_sets as _process_sets
+
+        if self._round == round_:
+            return
+        ranks = evaluate_spec(self.spec, _core.size())
+        self.process_set = _process_sets.add_process_set(ranks) if ranks else None
+        self._round = round_
+
+    @property
+    def ranks(self):
+        return None if self.process_set is None else list(self.process_set.ranks)
+
+    def included(self):
+        return self.process_set is not None and self.process_set.included()
+
+    def rank(self):
+        return self.process_set.rank() if self.included() else -1
+
+    def size(self):
+        return 0 if self.process_set is None else self.process_set.size()
+
+    def __repr__(self):
+        return f"ElasticProcessSet({self.name}, round {self._round}: {self.ranks})"
+
+
+_elastic_sets = []
+
+
+def remake_sets():
+    """Makes every ElasticProcessSet of this process for the current round
+    (in the order they were declared, on every worker alike)."""
+    for elastic_set in _elastic_sets:
+        elastic_set._remake(_joined_round)
+
+
+def _resolved(process_set):
+    """The hora ProcessSet a State works in (the global set by default)."""
+    from hora.common import process_sets as _process_sets
+
+    if process_set is None:
+        return _process_sets.global_process_set
+    if isinstance(process_set, ElasticProcessSet):
+        if process_set._round != _joined_round:
+            process_set._remake(_joined_round)
+        if not process_set.included():
+            raise ValueError(f"this rank is not a member of {process_set!r} in round {_joined_round}; a state "
+                             "bound to it is used by its members only")
+        return process_set.process_set
+    return process_set
+
+
+class State:
+    """What training must keep across a reset (Horovod's ``State``):
+    subclasses say how to save, restore and synchronise it."""
+
+    def __init__(self, process_set=None):
+        self.process_set = process_set
+        self._reset_callbacks = []
+        self._commits = 0          # commits since the state was made: the newest wins at sync()
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called, in order, after each reset (before sync)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state, then raises HostsUpdatedInterrupt if the job's
+        workers changed."""
+        self.save()
+        self._commits += 1
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every member of the state's set
+        alike when the driver has a round newer than the one joined: the
+        members agree on the newest round any of them saw (an allreduce)."""
+        if not in_elastic_job():
+            return
+        hvd = _collectives()
+        seen = np.array([newest_round()], dtype=np.int64)
+        agreed = int(hvd.allreduce(seen, name="hora.elastic.round", op=hvd.Max,
+                                   process_set=_resolved(self.process_set))[0])
+        if agreed > _joined_round:
+            raise HostsUpdatedInterrupt()
+
+    def sync(self):
+        """Makes every member equal to the member with the most commits
+        (the lowest set rank among equals); new workers receive it."""
+        group = _resolved(self.process_set)
+        counts = _collectives().allgather(np.array([self._commits], dtype=np.int64), name="hora.elastic.commits",
+                                          process_set=group)
+        source = int(np.argmax(counts))   # the first of the highest
+        self._commits = int(counts[source])
+        self._sync_from(group.ranks[source], group)
+
+    # Subclasses:
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def _sync_from(self, root, process_set):
+        """Makes this member equal to global rank `root`'s saved state."""
+        raise NotImplementedError
+
+
+def _collectives():
+    import hora.numpy as numpy_front_end
+
+    return numpy_front_end
+
+
+def broadcast_object(obj, root, process_set, name):
+    """`obj` as global rank `root` has it, pickled (cloudpickle) and
+    broadcast over `process_set`."""
+    import cloudpickle
+
+    hvd = _collectives()
+    mine = _core.rank() == root
+    payload = np.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=np.uint8) if mine else None
+    length = np.array([payload.size if mine else 0], dtype=np.int64)
+    hvd.broadcast_(length, root, name=name + ".sz", process_set=process_set)
+    if not mine:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    payload = hvd.broadcast(payload, root, name=name + ".t", process_set=process_set)
+    return obj if mine else cloudpickle.loads(payload.tobytes())
+
+
+def _has_state_dict(value):
+    return callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None))
+
+
+class ObjectState(State):
+    """State held in attributes given as keyword arguments: ``state.epoch``,
+    ``state.batch``. Plain values are saved by deep copy; an object with
+    ``state_dict()``/``load_state_dict()`` (a sampler, a learning-rate
+    scheduler) keeps its identity and has its state dict saved and loaded.
+    Synchronised by broadcasting what was saved."""
+
+    def __init__(self, process_set=None, **attributes):
+        super().__init__(process_set)
+        self._names = list(attributes)
+        for name, value in attributes.items():
+            setattr(self, name, value)
+        self._saved = {}
+        ObjectState.save(self)
+
+    def save(self):
+        self._saved = {}
+        for name in self._names:
+            value = getattr(self, name)
+            self._saved[name] = copy.deepcopy(value.state_dict() if _has_state_dict(value) else value)
+
+    def restore(self):
+        for name, value in self._saved.items():
+            current = getattr(self, name)
+            if _has_state_dict(current):
+                current.load_state_dict(copy.deepcopy(value))
+            else:
+                setattr(self, name, copy.deepcopy(value))
+
+    def _sync_from(self, root, process_set):
+        self._saved = broadcast_object(self._saved, root, process_set, "hora.elastic.objects")
+        ObjectState.restore(self)
+
+
+def run(func, reset=None):
+    """Horovod's ``hvd.elastic.run``: wraps ``func(state, *args, **kwargs)``.
+    `reset` re-initialises the framework's hora (shutdown, then init)."""
+
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        resets = 0
+        while True:
+            try:
+                remake_sets()
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt as interrupt:
+                skip_sync = interrupt.skip_sync
+            except HorovodInternalError:
+                state.restore()
+                skip_sync = False
+            resets += 1
+            (reset or _reset)()
+            state.on_reset()
+
+    wrapper.__wrapped__ = func
+    return wrapper
+
+
+def _reset():
+    from hora.common import basics
+
+    basics.shutdown()
+    basics.init()

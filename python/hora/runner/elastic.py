@@ -1,0 +1,318 @@
+"""horarun's elastic driver (``--min-np``/``--max-np``/``--host-discovery-script``).
+
+The driver runs *workers*, each a process on a slot of a host the discovery
+script lists, named ``host:slot`` for its whole life. It numbers rendezvous
+*rounds*: round r lists the workers that take part, survivors first in
+their old rank order, then new workers, and gives each its rank, size,
+local and cross rank (the store keys of hora.common.elastic). A worker
+joins the newest round that includes it at ``hvd.init()``.
+
+- A worker that fails (non-zero exit, signal) is dropped, its host is
+  blacklisted (for a random time in ``--blacklist-cooldown-range``, or for
+  good), and a new round starts over the survivors. The survivors' sets
+  that held it fail at once (fault domains); the others learn of the
+  round at their next commit.
+- Every ``HORA_ELASTIC_DISCOVERY_INTERVAL`` seconds (1) the script is run;
+  free slots on listed, non-blacklisted hosts get new workers (up to
+  ``--max-np``) and a new round.
+- The first worker that exits 0 ends the rounds: the others finish too,
+  and the job's status is theirs.
+- Fewer than ``--min-np`` workers for longer than ``--elastic-timeout``, or
+  more than ``--reset-limit`` new rounds, stops the job with a message
+  saying which.
+"""
+
+import json
+import os
+import queue
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from hora.common import elastic as worker_side
+from hora.runner import env as rank_env
+from hora.runner import hosts as host_list
+from hora.runner.rendezvous import RendezvousServer
+
+DISCOVERY_INTERVAL_VARIABLE = "HORA_ELASTIC_DISCOVERY_INTERVAL"
+
+
+class ElasticError(RuntimeError):
+    """The elastic job cannot go on; the message says why."""
+
+
+def parse_discovery_output(text, slots_per_host, script):
+    """{host: slots} from the script's lines "host" or "host:slots"."""
+    found = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        host, _, slots = line.partition(":")
+        if slots:
+            try:
+                count = int(slots)
+            except ValueError:
+                raise ElasticError(f"host discovery script {script}, line {number}: {line!r} is not "
+                                   "host or host:slots") from None
+        elif slots_per_host is None:
+            raise ElasticError(f"host discovery script {script}, line {number}: {line!r} gives no slots; "
+                               "print host:slots or pass --slots-per-host")
+        else:
+            count = slots_per_host
+        if count < 1:
+            raise ElasticError(f"host discovery script {script}, line {number}: {line!r} has no slots")
+        found[host] = count
+    return found
+
+
+def discover(script, slots_per_host, timeout=30):
+    try:
+        out = subprocess.run(script, shell=True, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ElasticError(f"host discovery script {script} did not finish within {timeout} s") from None
+    if out.returncode != 0:
+        raise ElasticError(f"host discovery script {script} exited with code {out.returncode}: "
+                           f"{out.stderr.strip()[-500:]}")
+    return parse_discovery_output(out.stdout, slots_per_host, script)
+
+
+def plan_round(survivors, newcomers, host_of):
+    """{worker: [rank, size, local rank, local size, cross rank, cross size]}:
+    survivors keep their order, newcomers follow; local ranks count a host's
+    workers in rank order, cross ranks the hosts that have that local rank."""
+    order = list(survivors) + list(newcomers)
+    size = len(order)
+    local = {}
+    by_host = {}
+    for worker in order:
+        members = by_host.setdefault(host_of[worker], [])
+        local[worker] = len(members)
+        members.append(worker)
+    assignment = {}
+    for rank, worker in enumerate(order):
+        same_local = [h for h in by_host if len(by_host[h]) > local[worker]]
+        assignment[worker] = [rank, size, local[worker], len(by_host[host_of[worker]]),
+                              same_local.index(host_of[worker]), len(same_local)]
+    return assignment
+
+
+@dataclass
+class _Worker:
+    worker_id: str
+    host: str
+    number: int            # the order it was started in: its output's prefix
+    process: object        # launch.RankProcess
+
+
+class ElasticJob:
+    def __init__(self, args, extra_env=None):
+        from hora.runner import launch
+
+        self.launch = launch
+        self.args = args
+        self.extra_env = {**launch.job_environment(args), **(extra_env or {})}
+        self.secret = secrets.token_hex(16)
+        self.interval = float(os.environ.get(DISCOVERY_INTERVAL_VARIABLE, "1"))
+        self.exits = queue.Queue()
+        self.workers = {}            # worker id -> _Worker, alive ones
+        self.order = []              # worker ids of the newest round, in rank order
+        self.pending = []            # started, not yet in a round
+        self.blacklist = {}          # host -> monotonic time it may come back (inf: never)
+        self.round = -1
+        self.resets = 0
+        self.finishing = False
+        self.finishers = set()
+        self.status = 0
+        self.started = 0
+        self.received_signal = None
+        self.server = None
+
+    # --- the job --------------------------------------------------------
+
+    def run(self):
+        # Hosts are known only as discovery finds them: listen everywhere
+        # (every request needs the job's secret).
+        self.server = RendezvousServer("0.0.0.0", 0, self.secret).start()
+        try:
+            return self._run()
+        except ElasticError as error:
+            self._say(f"elastic job stopped: {error}")
+            return 1
+        finally:
+            self._stop_all(signal.SIGKILL)
+            self.server.stop()
+
+    def _run(self):
+        short_since = None
+        next_discovery = 0.0
+        while True:
+            if self.received_signal is not None:
+                self._stop_all(self.received_signal)
+                return 128 + self.received_signal
+            now = time.monotonic()
+            changed = self._collect_exits()
+            if self.finishing:
+                if not self.workers:
+                    return self.status
+                time.sleep(0.05)
+                continue
+            if now >= next_discovery:
+                next_discovery = now + self.interval
+                changed |= self._grow(discover(self.args.host_discovery_script, self.args.slots_per_host))
+            alive = len(self.workers)
+            if alive < self.args.min_np:
+                short_since = short_since or now
+                if now - short_since > self.args.elastic_timeout:
+                    raise ElasticError(f"fewer than --min-np {self.args.min_np} workers ({alive}) for longer "
+                                       f"than --elastic-timeout {self.args.elastic_timeout:g} s")
+                time.sleep(0.05)
+                continue
+            short_since = None
+            if changed or self.round < 0:
+                self._next_round()
+            time.sleep(0.05)
+
+    def _next_round(self):
+        if self.round >= 0:
+            self.resets += 1
+            if self.args.reset_limit is not None and self.resets > self.args.reset_limit:
+                raise ElasticError(f"the workers changed {self.resets} times, more than --reset-limit "
+                                   f"{self.args.reset_limit}")
+        survivors = [w for w in self.order if w in self.workers]
+        newcomers = [w for w in self.pending if w in self.workers]
+        assignment = plan_round(survivors, newcomers, {w: self.workers[w].host for w in survivors + newcomers})
+        self.round += 1
+        self.order, self.pending = survivors + newcomers, []
+        self.server.set_value(worker_side.assignment_key(self.round), json.dumps(assignment))
+        self.server.set_value(worker_side.ROUND_KEY, str(self.round))
+        if self.args.verbose or self.round > 0:
+            listing = ", ".join(f"{w} rank {assignment[w][0]}" for w in self.order)
+            self._say(f"elastic round {self.round}: {len(self.order)} workers ({listing})")
+
+    def _collect_exits(self):
+        changed = False
+        while True:
+            try:
+                process, code = self.exits.get_nowait()
+            except queue.Empty:
+                return changed
+            worker = next((w for w in self.workers.values() if w.process is process), None)
+            if worker is None:
+                continue
+            del self.workers[worker.worker_id]
+            if code == 0:
+                if not self.finishing:
+                    # Training is over: the others of the round it ended in
+                    # finish too; workers of no round, or of a later one
+                    # it never joined, are not needed.
+                    self.finishing = True
+                    final = self._joined(worker.worker_id)
+                    self.finishers = {w for w in self.workers if self._joined(w) == final}
+                    for other in list(self.workers.values()):
+                        if other.worker_id not in self.finishers:
+                            other.process.send_signal(signal.SIGTERM)
+                continue
+            if self.finishing:
+                if worker.worker_id in self.finishers:
+                    self.status = self.status or code
+                continue
+            self._say(f"worker {worker.worker_id} {self.launch.describe_exit(code)}; blacklisting host "
+                      f"{worker.host}")
+            self._blacklist(worker.host)
+            changed = True
+
+    def _joined(self, worker_id):
+        key = worker_side.joined_key(worker_id).encode()
+        value = self.server.values_of_keys_starting_with(key).get(key)
+        return None if value is None else int(value)
+
+    def _blacklist(self, host):
+        cooldown = self.args.blacklist_cooldown_range
+        until = float("inf") if not cooldown else time.monotonic() + random.uniform(*cooldown)
+        self.blacklist[host] = until
+
+    def _grow(self, hosts):
+        """Starts workers on free slots of usable hosts, up to --max-np;
+        True when some were started."""
+        now = time.monotonic()
+        for host, until in list(self.blacklist.items()):
+            if until <= now:
+                del self.blacklist[host]
+        used = {}
+        for worker in self.workers.values():
+            used.setdefault(worker.host, set()).add(int(worker.worker_id.rsplit(":", 1)[1]))
+        started = False
+        for host, slots in hosts.items():
+            if host in self.blacklist:
+                continue
+            for slot in range(slots):
+                if len(self.workers) >= self.args.max_np:
+                    return started
+                if slot in used.get(host, ()):
+                    continue
+                self._start(host, slot)
+                started = True
+        return started
+
+    def _start(self, host, slot):
+        worker_id = f"{host}:{slot}"
+        local = host_list.is_local(host)
+        variables = {
+            "HORA_RENDEZVOUS_ADDR": "127.0.0.1" if local else self._address(host),
+            "HORA_RENDEZVOUS_PORT": str(self.server.port),
+            "HORA_SECRET": self.secret,
+            "HORA_START_TIMEOUT": str(self.args.start_timeout),
+            "HORA_HOSTNAME": "127.0.0.1" if local else host,
+            worker_side.ENVIRONMENT_FLAG: "1",
+            worker_side.WORKER_VARIABLE: worker_id,
+            worker_side.TIMEOUT_VARIABLE: str(self.args.elastic_timeout),
+        }
+        if "OMP_NUM_THREADS" not in os.environ:
+            variables["OMP_NUM_THREADS"] = "1"
+        variables.update(self.extra_env)
+        placement = host_list.RankPlacement(self.started, 0, host, 0, 1, 0, 1)
+        if local:
+            argv, environ, remote = self.args.command, rank_env.local_environment(variables), False
+        else:
+            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables), self.args.command)
+            argv, environ, remote = self.launch.ssh_command(host, script, self.args), None, True
+        process = self.launch.RankProcess(placement, argv, environ, self.exits, remote, lambda pid: None)
+        self.workers[worker_id] = _Worker(worker_id, host, self.started, process)
+        self.pending.append(worker_id)
+        self.started += 1
+
+    def _address(self, remote_host):
+        """Where a worker on `remote_host` reaches the rendezvous server."""
+        return self.args.rendezvous_addr or self.launch._outward_address(remote_host)
+
+    def _stop_all(self, signum):
+        for worker in list(self.workers.values()):
+            if worker.process.popen.returncode is None:
+                worker.process.send_signal(signum)
+        for worker in list(self.workers.values()):
+            try:
+                worker.process.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                worker.process.send_signal(signal.SIGKILL)
+            worker.process.join_output(timeout=2.0)
+
+    def forward_signal(self, signum, _frame=None):
+        self.received_signal = signum
+
+    @staticmethod
+    def _say(text):
+        print(f"horarun: {text}", file=sys.stderr, flush=True)
+
+
+def main(args):
+    job = ElasticJob(args)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, job.forward_signal)
+    return job.run()
