@@ -179,6 +179,18 @@ def test_mpirun_uses_the_network_interfaces():
     assert launch.job_environment(args)["HORA_NETWORK_INTERFACES"] == "eth0,ib0"
 
 
+def test_elastic_flags_go_to_horarun():
+    args = horovodrun.parse_args(["--min-np", "2", "--max-np", "4", "--slots-per-host", "2", "--elastic-timeout", "30",
+                                  "--reset-limit", "3", "--blacklist-cooldown-range", "1", "5",
+                                  "--host-discovery-script", "./discover.sh", "python", "train.py"])
+    argv = horovodrun.horarun_arguments(args)
+    assert argv == ["--min-np", "2", "--max-np", "4", "--slots-per-host", "2", "--elastic-timeout", "30",
+                    "--reset-limit", "3", "--blacklist-cooldown-range", "1", "5",
+                    "--host-discovery-script", "./discover.sh", "--", "python", "train.py"]
+    parsed = launch.parse_args(argv)
+    assert parsed.elastic and (parsed.min_np, parsed.max_np, parsed.blacklist_cooldown_range) == (2, 4, [1.0, 5.0])
+
+
 def test_mpi_args_without_mpi_are_noted():
     result = run("-np", "1", "--mpi-args=--bind-to none", sys.executable, "-c", "pass")
     assert result.returncode == 0, result.stderr

@@ -29,8 +29,9 @@ def horarun(*args):
     (["--bogus", "-np", "2", "python", "x.py"], "unknown option --bogus (see horarun --help)"),
     (["-np", "2", "-H", "localhost:2", "--bogus=1", "python", "x.py"], "unknown option --bogus"),
     (["-np", "2", "-x", "python", "x.py"], "unknown option -x"),
-    (["--min-np", "2", "-np", "2", "python", "x.py"],
-     "unknown option --min-np: a horovodrun flag for elastic training, which hora does not support yet"),
+    (["--jsrun", "-np", "2", "python", "x.py"],
+     "unknown option --jsrun: a horovodrun flag for launching through jsrun (LSF); use --mpi or -H, which hora "
+     "does not support yet"),
     (["--cycle-time-ms", "1", "-np", "2", "python", "x.py"],
      "unknown option --cycle-time-ms: a horovodrun flag without effect on hora"),
 ])

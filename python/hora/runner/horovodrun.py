@@ -10,8 +10,8 @@ Every flag of Horovod 0.28's horovodrun is accepted or refused by name:
   the stall check, --gloo-timeout-seconds);
 - flags that have no meaning on hora (tuning knobs of machinery hora does
   not have) are accepted, and one line on stderr says so, once per flag;
-- flags hora does not support yet (elastic training, jsrun) stop with an
-  error naming them.
+- the elastic flags go to horarun's elastic driver (docs/elastic.md);
+- flags hora does not support (jsrun) stop with an error naming them.
 --config-file reads Horovod's YAML configuration; --network-interfaces
 chooses the interfaces the ranks listen on.
 The shim package (compat/horovod) installs this as the `horovodrun` script.
@@ -56,14 +56,18 @@ NO_EFFECT = [
 
 # Flags refused: (option strings, number of values, what is missing).
 NOT_SUPPORTED = [
-    (("--min-np", "--min-num-proc"), 1, "elastic training"),
-    (("--max-np", "--max-num-proc"), 1, "elastic training"),
-    (("--slots-per-host",), 1, "elastic training"),
-    (("--elastic-timeout",), 1, "elastic training"),
-    (("--reset-limit",), 1, "elastic training"),
-    (("--blacklist-cooldown-range",), 2, "elastic training"),
-    (("--host-discovery-script",), 1, "elastic training"),
     (("--jsrun",), 0, "launching through jsrun (LSF); use --mpi or -H"),
+]
+
+# Elastic training's flags, passed to horarun as they are: (flags, nargs, dest).
+ELASTIC = [
+    (("--min-np", "--min-num-proc"), None, "min_np"),
+    (("--max-np", "--max-num-proc"), None, "max_np"),
+    (("--slots-per-host", "--slots"), None, "slots_per_host"),
+    (("--elastic-timeout",), None, "elastic_timeout"),
+    (("--reset-limit",), None, "reset_limit"),
+    (("--blacklist-cooldown-range",), 2, "blacklist_cooldown_range"),
+    (("--host-discovery-script",), None, "host_discovery_script"),
 ]
 
 # Horovod's --config-file: section -> key -> the flag it stands for (dest,
@@ -168,6 +172,8 @@ def build_parser():
     parser.add_argument("--gloo-timeout-seconds", type=int)
     parser.add_argument("--timeline-filename")
     parser.add_argument("--network-interface", "--network-interfaces", dest="network_interfaces")
+    for flags, nargs, dest in ELASTIC:
+        parser.add_argument(*flags, dest=dest, nargs=nargs)
     parser.add_argument("--config-file")
     marks = parser.add_mutually_exclusive_group()
     marks.add_argument("--timeline-mark-cycles", action="store_true", dest="timeline_mark_cycles")
@@ -185,7 +191,7 @@ def build_parser():
 
 def horarun_arguments(args):
     """horarun's command line for parsed horovodrun `args`."""
-    argv = ["-np", str(args.num_proc)]
+    argv = [] if args.num_proc is None else ["-np", str(args.num_proc)]
     for flag, value in (("-H", args.hosts), ("--hostfile", args.hostfile),
                         ("--start-timeout", args.start_timeout), ("--ssh-port", args.ssh_port),
                         ("--ssh-identity-file", args.ssh_identity_file),
@@ -195,6 +201,10 @@ def horarun_arguments(args):
             argv += [flag, str(value)]
     if args.network_interfaces is not None:
         argv += ["--network-interfaces", args.network_interfaces]
+    for flags, _, dest in ELASTIC:
+        value = getattr(args, dest)
+        if value is not None:
+            argv += [flags[0], *(value if isinstance(value, list) else [value])]
     if args.use_mpi:
         argv.append("--mpi")
     if args.verbose:
@@ -310,7 +320,8 @@ def parse_args(argv):
         parser.error("--network-interfaces names no interface")
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
-    if args.num_proc is None:
+    elastic = args.min_np is not None or args.max_np is not None or args.host_discovery_script is not None
+    if args.num_proc is None and not elastic:
         parser.error("-np/--num-proc is required")
     if not args.command:
         parser.error("no command to run")

@@ -1,6 +1,7 @@
 """The hora-horovod package: a Horovod script runs unchanged on it and prints
 the numbers hora.torch gives; it refuses to shadow a real Horovod."""
 
+import json
 import os
 import subprocess
 import sys
@@ -94,7 +95,20 @@ def test_horovodrun_runs_an_unchanged_horovod_script(shim_site):
     assert result.stdout.count(f"with horovod from {shim_site}") == 2, result.stdout
     assert result.stdout.count("epoch 2 loss") == 1, result.stdout
     assert result.stderr.count("--cycle-time-ms has no effect on hora") == 1, result.stderr
-    refused = run_with_shim(shim_site, [str(horovodrun), "-np", "2", "--host-discovery-script", "d.sh",
-                                        sys.executable, "-c", "pass"])
+    refused = run_with_shim(shim_site, [str(horovodrun), "-np", "2", "--jsrun", sys.executable, "-c", "pass"])
     assert refused.returncode == 2
-    assert "--host-discovery-script is not supported by hora yet (elastic training)" in refused.stderr
+    assert "--jsrun is not supported by hora yet" in refused.stderr
+
+
+def test_a_horovod_elastic_script_runs_unchanged_under_horovodrun(shim_site, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:2\n")
+    script = os.path.join(WORKERS, "horovod_elastic_synthetic.py")
+    env = {**os.environ, **with_path(shim_site), "HORA_ELASTIC_DISCOVERY_INTERVAL": "0.2", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([str(shim_site / "bin" / "horovodrun"), "--min-np", "2", "--max-np", "2",
+                             "--host-discovery-script", f"cat {hosts}", sys.executable, script, "2", "5",
+                             str(tmp_path)], capture_output=True, text=True, env=env, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    outcomes = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [o["size"] for o in outcomes] == [2, 2] and outcomes[0]["params"] == outcomes[1]["params"]
+    assert outcomes[0]["loss"] == outcomes[1]["loss"]

@@ -1,22 +1,14 @@
 """Horovod's exception names (``horovod.common.exceptions``).
 
 hora's runtime errors all derive from ``HorovodInternalError``
-(``hora.errors.HoraError``). ``HostsUpdatedInterrupt`` and the version
-mismatch error keep Horovod's signatures so that code catching or raising
-them runs; hora itself raises neither (it has no elastic host updates yet
-and no framework compiled in, so no version to mismatch).
+(``hora.errors.HoraError``); ``HostsUpdatedInterrupt`` is the one hora's
+elastic training raises (hora.common.elastic). The version mismatch error
+keeps Horovod's signature so that code catching or raising it runs; hora
+raises none (no framework is compiled in, so no version can mismatch).
 """
 
+from hora.common.elastic import HostsUpdatedInterrupt  # noqa: F401
 from hora.errors import HorovodInternalError  # noqa: F401
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """The job's hosts changed (elastic training); ``skip_sync`` says whether
-    the state may skip its synchronisation after the reset."""
-
-    def __init__(self, skip_sync):
-        super().__init__(skip_sync)
-        self.skip_sync = skip_sync
 
 
 def get_version_mismatch_message(name, version, installed_version):

@@ -10,3 +10,7 @@ from hora.runner.horovodrun import main
 
 def run_commandline():
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run_commandline()
