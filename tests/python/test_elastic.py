@@ -110,6 +110,49 @@ def test_workers_found_by_discovery_join_and_receive_the_state(tmp_path):
     print(f"from the new host's listing to training with the new workers: {trained - grown_at:.2f} s")
 
 
+def task_reference(task, sizes):
+    """Task `task`'s weights after one step per entry of `sizes` (its set's size)."""
+    torch.manual_seed(task)
+    model = torch.nn.Linear(DIM, 1, bias=False).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for t, n in enumerate(sizes):
+        grads = []
+        for r in range(n):
+            g = torch.Generator().manual_seed(100000 * task + 1000 * t + r)
+            x = torch.randn(DIM, generator=g, dtype=torch.float64)
+            y = x.sum() * (0.5 if task == 0 else -0.25)
+            optimizer.zero_grad()
+            (model(x) - y).pow(2).sum().backward()
+            grads.append(model.weight.grad.clone())
+        model.weight.grad = sum(grads) / n
+        optimizer.step()
+    return model.weight.detach().flatten().tolist()
+
+
+def test_sets_are_remade_by_spec_and_only_the_broken_task_rolls_back(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:4\n")
+    cmd = [sys.executable, "-m", "hora.runner", "--min-np", "3", "--max-np", "4", "--elastic-timeout", "30",
+           "--host-discovery-script", f"cat {hosts}", sys.executable, os.path.join(HERE, "workers", "elastic_tasks.py"),
+           str(tmp_path), "20", "--kill", "127.0.0.1:3@8"]
+    env = dict(os.environ, HORA_ELASTIC_DISCOVERY_INTERVAL="0.2", OMP_NUM_THREADS="1")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, describe(run)
+    done = results(tmp_path)
+    assert sorted(done) == ["127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2"], describe(run)
+    # Even and odd stay even and odd in the world of 3: [0, 2] and [1].
+    assert [r["set"] for r in done["127.0.0.1:0"]["rounds"]] == [[0, 2], [0, 2]]
+    assert [r["set"] for r in done["127.0.0.1:1"]["rounds"]] == [[1, 3], [1]]
+    # The odd task lost a member at its step 8: back to its commit of 8 steps.
+    assert done["127.0.0.1:1"]["rounds"][1]["from_step"] == 8
+    assert done["127.0.0.1:1"]["weights"] == pytest.approx(task_reference(1, [2] * 8 + [1] * 12), abs=1e-5)
+    # The even task lost nobody: it went on from where it was, no step lost or repeated.
+    even_from = done["127.0.0.1:0"]["rounds"][1]["from_step"]
+    assert even_from >= 8 and done["127.0.0.1:2"]["rounds"][1]["from_step"] == even_from
+    for worker in ("127.0.0.1:0", "127.0.0.1:2"):
+        assert done[worker]["weights"] == pytest.approx(task_reference(0, [2] * 20), abs=1e-5)
+
+
 def test_too_few_workers_for_longer_than_the_elastic_timeout_ends_the_job(tmp_path):
     run, _ = horarun(tmp_path, ["127.0.0.1:4"], ["--min-np", "4", "--elastic-timeout", "2"],
                      ["--kill", "127.0.0.1:3@3"])

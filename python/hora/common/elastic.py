@@ -188,18 +188,27 @@ class ElasticProcessSet:
         self.process_set = _process_sets.add_process_set(ranks) if ranks else None
         self._round = round_
 
+    def _current(self):
+        """The set of the round joined last, made on first use in a round."""
+        if self._round != _joined_round and _core.is_initialized():
+            self._remake(_joined_round)
+        return self.process_set
+
     @property
     def ranks(self):
-        return None if self.process_set is None else list(self.process_set.ranks)
+        current = self._current()
+        return None if current is None else list(current.ranks)
 
     def included(self):
-        return self.process_set is not None and self.process_set.included()
+        current = self._current()
+        return current is not None and current.included()
 
     def rank(self):
         return self.process_set.rank() if self.included() else -1
 
     def size(self):
-        return 0 if self.process_set is None else self.process_set.size()
+        current = self._current()
+        return 0 if current is None else current.size()
 
     def __repr__(self):
         return f"ElasticProcessSet({self.name}, round {self._round}: {self.ranks})"

@@ -15,6 +15,7 @@ from hora.common.elastic import (  # noqa: F401
     State,
     broadcast_object,
     current_round,
+    remake_sets,
 )
 from hora.common.elastic import run as _run
 from hora.torch import functions as _functions
