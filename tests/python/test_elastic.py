@@ -223,3 +223,26 @@ def test_set_specs_are_evaluated_for_each_world():
         worker_side.evaluate_spec(lambda size: None, 3)
     with pytest.raises(ValueError, match="need count >= 1"):
         worker_side.Parts(2, 2)
+
+
+def test_elastic_sampler_keeps_its_progress_through_a_state():
+    import hora.torch as hvd
+
+    hvd.init()
+    try:
+        sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=False)
+        assert list(sampler) == list(range(10))
+        sampler.record_batch(0, 3)
+        state = hvd.elastic.TorchState(sampler=sampler, step=1)
+        state.commit()   # not an elastic job: nothing to check after saving
+        sampler.record_batch(1, 3)
+        state.restore()
+        assert sampler.processed_indices == {0, 1, 2}
+        sampler.reset()
+        assert list(sampler) == list(range(3, 10)) and len(sampler) == 7
+        sampler.set_epoch(1)
+        assert len(sampler) == 10 and not sampler.processed_indices
+        shuffled = hvd.elastic.ElasticSampler(list(range(10)), seed=3)
+        assert sorted(shuffled) == list(range(10)) and list(shuffled) != list(range(10))
+    finally:
+        hvd.shutdown()
