@@ -162,6 +162,18 @@ def test_too_few_workers_for_longer_than_the_elastic_timeout_ends_the_job(tmp_pa
     assert not results(tmp_path)
 
 
+def test_a_job_whose_every_worker_fails_stops_at_once(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:2\n")
+    cmd = [sys.executable, "-m", "hora.runner", "--min-np", "2", "--host-discovery-script", f"cat {hosts}",
+           sys.executable, "-c", "import sys; sys.exit(3)"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, HORA_ELASTIC_DISCOVERY_INTERVAL="0.2"))
+    assert run.returncode == 1, describe(run)
+    assert "no worker is left and every listed host is blacklisted for good (the last failure: worker " \
+           "127.0.0.1:" in run.stderr and "exited with code 3)" in run.stderr, describe(run)
+
+
 def test_the_reset_limit_ends_the_job(tmp_path):
     run, _ = horarun(tmp_path, ["127.0.0.1:3"], ["--min-np", "2", "--max-np", "3", "--reset-limit", "0"],
                      ["--kill", "127.0.0.1:2@3"])

@@ -30,8 +30,6 @@ import json
 import os
 import time
 
-import numpy as np
-
 from hora import _core
 from hora.errors import HorovodInternalError, PeerFailureError  # noqa: F401
 
@@ -270,7 +268,7 @@ class State:
         members agree on the newest round any of them saw (an allreduce)."""
         if not in_elastic_job():
             return
-        hvd = _collectives()
+        hvd, np = _collectives(), _numpy()
         seen = np.array([newest_round()], dtype=np.int64)
         agreed = int(hvd.allreduce(seen, name="hora.elastic.round", op=hvd.Max,
                                    process_set=_resolved(self.process_set))[0])
@@ -280,7 +278,7 @@ class State:
     def sync(self):
         """Makes every member equal to the member with the most commits
         (the lowest set rank among equals); new workers receive it."""
-        group = _resolved(self.process_set)
+        group, np = _resolved(self.process_set), _numpy()
         counts = _collectives().allgather(np.array([self._commits], dtype=np.int64), name="hora.elastic.commits",
                                           process_set=group)
         source = int(np.argmax(counts))   # the first of the highest
@@ -300,9 +298,17 @@ class State:
 
 
 def _collectives():
+    """hora.numpy: the front end the state machinery talks through (loaded
+    only when a state is used, so hora.common needs no array library)."""
     import hora.numpy as numpy_front_end
 
     return numpy_front_end
+
+
+def _numpy():
+    import numpy
+
+    return numpy
 
 
 def broadcast_object(obj, root, process_set, name):
@@ -310,7 +316,7 @@ def broadcast_object(obj, root, process_set, name):
     broadcast over `process_set`."""
     import cloudpickle
 
-    hvd = _collectives()
+    hvd, np = _collectives(), _numpy()
     mine = _core.rank() == root
     payload = np.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=np.uint8) if mine else None
     length = np.array([payload.size if mine else 0], dtype=np.int64)

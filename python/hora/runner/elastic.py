@@ -128,6 +128,7 @@ class ElasticJob:
         self.resets = 0
         self.finishing = False
         self.finishers = set()
+        self.last_failure = None
         self.status = 0
         self.started = 0
         self.received_signal = None
@@ -164,7 +165,12 @@ class ElasticJob:
                 continue
             if now >= next_discovery:
                 next_discovery = now + self.interval
-                changed |= self._grow(discover(self.args.host_discovery_script, self.args.slots_per_host))
+                hosts = discover(self.args.host_discovery_script, self.args.slots_per_host)
+                changed |= self._grow(hosts)
+                if not self.workers and hosts and all(self.blacklist.get(h) == float("inf") for h in hosts):
+                    raise ElasticError(f"no worker is left and every listed host is blacklisted for good "
+                                       f"(the last failure: {self.last_failure}); --blacklist-cooldown-range "
+                                       "lets hosts come back")
             alive = len(self.workers)
             if alive < self.args.min_np:
                 short_since = short_since or now
@@ -222,8 +228,8 @@ class ElasticJob:
                 if worker.worker_id in self.finishers:
                     self.status = self.status or code
                 continue
-            self._say(f"worker {worker.worker_id} {self.launch.describe_exit(code)}; blacklisting host "
-                      f"{worker.host}")
+            self.last_failure = f"worker {worker.worker_id} {self.launch.describe_exit(code)}"
+            self._say(f"{self.last_failure}; blacklisting host {worker.host}")
             self._blacklist(worker.host)
             changed = True
 

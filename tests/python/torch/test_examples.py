@@ -214,3 +214,23 @@ def test_throughput_figure_draws_each_set_in_both_panels():
     colors = [line.get_color() for line in labelled_lines(volume)]
     assert colors == [line.get_color() for line in labelled_lines(count)] and colors[0] != colors[1]
     assert plots.title_of(figure) == "Two sets — result"
+
+
+def test_elastic_multitask_survives_a_lost_worker_and_grows_back(tmp_path):
+    root = repository_root(str(tmp_path / "repo"))
+    command = docstring_command("elastic_multitask")
+    assert command.startswith(".venv/bin/horarun --min-np 2 --max-np 4 --host-discovery-script")
+    result = run_as_written(command, root, timeout=240)
+    assert result.returncode == 0, describe(result)
+    with open(os.path.join(root, "elastic_multitask.png"), "rb") as png:
+        assert png.read(8) == PNG_SIGNATURE
+    # The odd task lost slot 3's worker at step 40 and went on alone from its
+    # commit there; the slot came back and the task grew to two again.
+    out = result.stdout
+    assert "[sine regression] round 1: 1 ranks [1], going on from step 40" in out, describe(result)
+    grown = re.search(r"\[sine regression\] round \d+: 2 ranks \[1, 3\], going on from step (\d+)", out)
+    assert grown and int(grown.group(1)) > 40, describe(result)
+    # The even task never lost a member: no change of its world, no rollback.
+    assert "[spirals classifier] final: loss" in out and "world changes at steps []" in out
+    title = re.findall(r"^\[0\]:elastic_multitask\.png: (.+)$", out, re.MULTILINE)[0]
+    assert f"world 2->1 at step 40 then 1->2 at step {grown.group(1)}" in title, title
