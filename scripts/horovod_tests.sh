@@ -129,9 +129,8 @@ EXPECTED = {
                                          "all removed)"),
     },
 }[suite]
-# Tests of features hora does not have (yet): name -> (text, what).
-ELASTIC = ("elastic", "hora has no elastic training (horovod.tensorflow.elastic, KerasState)")
-UNSUPPORTED = {"tensorflow": {"test_elastic_state": ELASTIC}, "keras": {"test_elastic_state": ELASTIC}}.get(suite, {})
+# Tests of features hora does not have (yet): name -> (text, what). None now.
+UNSUPPORTED = {}
 bad = 0
 for path in reports:
     counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "expected": 0, "unsupported": 0}

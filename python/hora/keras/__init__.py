@@ -16,6 +16,7 @@ from hora.tensorflow.keras import (  # noqa: E402,F401
     broadcast,
     broadcast_global_variables,
     callbacks,
+    elastic,
     load_model,
     reducescatter,
 )

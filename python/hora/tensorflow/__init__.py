@@ -90,12 +90,14 @@ from hora.tensorflow.reductions import (  # noqa: F401
     reducescatter,
 )
 from hora.tensorflow.util import _executing_eagerly  # noqa: F401
+from hora.tensorflow import elastic  # noqa: F401,E402  (hvd.elastic)
 
 __all__ = [
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "HorovodInternalError",
     "Max", "Min", "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "SyncBatchNormalization",
     "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables", "ccl_built",
+    "elastic",
     "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built", "gloo_enabled",
     "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_homogeneous", "is_initialized",
     "join", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",

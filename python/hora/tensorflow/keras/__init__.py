@@ -49,6 +49,7 @@ from hora.tensorflow.basics import (  # noqa: F401
 )
 from hora.tensorflow.compression import Compression  # noqa: F401
 from hora.tensorflow.keras import callbacks  # noqa: F401
+from hora.tensorflow.keras import elastic  # noqa: F401
 from hora.tensorflow.keras.optimizer import (  # noqa: F401
     DistributedOptimizer,
     PartialDistributedOptimizer,
