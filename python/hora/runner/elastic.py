@@ -273,7 +273,9 @@ class ElasticJob:
             "HORA_RENDEZVOUS_ADDR": "127.0.0.1" if local else self._address(host),
             "HORA_RENDEZVOUS_PORT": str(self.server.port),
             "HORA_SECRET": self.secret,
-            "HORA_START_TIMEOUT": str(self.args.start_timeout),
+            # A new worker waits in init for the others to reach their next
+            # commit: as long as a round may take to form.
+            "HORA_START_TIMEOUT": str(max(self.args.start_timeout, self.args.elastic_timeout)),
             "HORA_HOSTNAME": "127.0.0.1" if local else host,
             worker_side.ENVIRONMENT_FLAG: "1",
             worker_side.WORKER_VARIABLE: worker_id,
