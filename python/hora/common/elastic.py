@@ -371,7 +371,6 @@ def run(func, reset=None):
 
     def wrapper(state, *args, **kwargs):
         skip_sync = False
-        resets = 0
         while True:
             try:
                 remake_sets()
@@ -383,7 +382,6 @@ def run(func, reset=None):
             except HorovodInternalError:
                 state.restore()
                 skip_sync = False
-            resets += 1
             (reset or _reset)()
             state.on_reset()
 
