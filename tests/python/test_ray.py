@@ -1,0 +1,170 @@
+"""hora.ray.RayExecutor on a local Ray instance (4 logical CPUs): results in
+rank order, process sets inside the function, the first failure surfacing
+at once with everything released, placement errors, argument checks."""
+
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+import ray
+
+import cluster_tasks
+from hora.ray import RayExecutor
+
+cloudpickle.register_pickle_by_value(cluster_tasks)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+OP_TIMEOUT = 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"HORA_OP_TIMEOUT_SECONDS": str(OP_TIMEOUT)}})
+    yield
+    ray.shutdown()
+
+
+def released(pids):
+    """True once every CPU is free again and the given actor processes ended."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+        if ray.available_resources().get("CPU") == 4 and not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def executor():
+    made = []
+
+    def make(**arguments):
+        made.append(RayExecutor(RayExecutor.create_settings(timeout_s=30), **arguments))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.shutdown()
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 4])
+def test_results_come_back_in_rank_order(executor, num_workers):
+    job = executor(num_workers=num_workers)
+    job.start()
+    results = job.run(cluster_tasks.coordinates)
+    assert [r["rank"] for r in results] == list(range(num_workers))
+    for rank, result in enumerate(results):
+        assert (result["size"], result["local_rank"], result["local_size"]) == (num_workers, rank, num_workers)
+        assert (result["cross_rank"], result["cross_size"]) == (0, 1)
+        assert result["sum"] == num_workers * (num_workers + 1) / 2
+    # A second call runs on the same actors, and the job is still up.
+    assert [r["pid"] for r in job.run(cluster_tasks.coordinates)] == [r["pid"] for r in results]
+    pids = [r["pid"] for r in results]
+    job.shutdown()
+    assert released(pids)
+
+
+def test_two_tasks_on_disjoint_sets_give_what_they_give_alone(executor):
+    together = executor(num_workers=4)
+    together.start()
+    results = together.run(cluster_tasks.regression, args=([3, 5],))
+    together.shutdown()
+    alone = {}
+    for seed in (3, 5):
+        job = executor(num_workers=2)
+        job.start()
+        alone[seed] = job.run(cluster_tasks.regression, args=(seed,))[0][1]
+        job.shutdown()
+    assert [seed for seed, _ in results] == [3, 3, 5, 5]
+    for rank, (seed, weights) in enumerate(results):
+        assert weights == results[rank ^ 1][1]
+        assert weights == pytest.approx(alone[seed], abs=1e-12)
+
+
+class Model:
+    def __init__(self, scale, offset=0):
+        self.scale, self.offset = scale, offset
+
+    def predict(self, x):
+        return self.scale * x + self.offset + int(os.environ["HORA_RANK"])
+
+
+def test_execute_execute_single_and_run_remote(executor):
+    job = executor(num_workers=2, env={"HORA_TEST_VALUE": "v"})
+    job.start(executable_cls=Model, executable_args=[10], executable_kwargs={"offset": 1},
+              extra_env_vars={"HORA_TEST_EXTRA": "e"})
+    assert job.execute(lambda model: model.predict(2)) == [21, 22]
+    assert job.execute_single(lambda model: model.predict(3)) == 31
+    refs = job.run_remote(lambda a: (a, os.environ["HORA_TEST_VALUE"], os.environ["HORA_TEST_EXTRA"]), args=[7])
+    assert ray.get(refs) == [(7, "v", "e"), (7, "v", "e")]
+
+
+def test_a_failing_rank_surfaces_at_once_and_everything_is_released(executor):
+    job = executor(num_workers=4)
+    job.start()
+    pids = [r["pid"] for r in job.run(cluster_tasks.coordinates)]
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 failed while running the function: ValueError: rank 1 found "
+                                           r"a NaN loss; every actor and the placement group were released"):
+        job.run(cluster_tasks.fail_on_rank_one)
+    assert time.monotonic() - started < OP_TIMEOUT
+    assert released(pids)
+    with pytest.raises(RuntimeError, match="shut down after a failure .*rank 1 failed.*; call start"):
+        job.run(cluster_tasks.coordinates)
+
+
+def test_a_killed_actor_surfaces_at_once_and_everything_is_released(executor):
+    job = executor(num_workers=4)
+    job.start()
+    pids = [r["pid"] for r in job.run(cluster_tasks.coordinates)]
+    victim = job.workers[2]
+    threading.Timer(1.0, lambda: ray.kill(victim)).start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 2 failed while running the function: its actor died"):
+        job.run(cluster_tasks.collectives_forever)
+    assert time.monotonic() - started < OP_TIMEOUT
+    assert released(pids)
+
+
+def test_more_workers_than_the_cluster_has_is_a_placement_error(executor):
+    job = executor(num_workers=8, start_timeout=2)
+    with pytest.raises(TimeoutError, match=r"could not place 8 workers within 2 s: the placement group needs 8 "
+                                           r"bundles of \{'CPU': 1\} \(PACK\); the cluster has 4 CPU free of 4 CPU"):
+        job.start()
+    assert released([])
+    assert job.workers == []
+
+
+def test_the_rendezvous_refuses_a_wrong_secret(executor):
+    job = executor(num_workers=2)
+    job.start()
+    refusals = job.run(cluster_tasks.secret_is_checked)
+    assert all(r is not None and "refused the job secret" in r for r in refusals), refusals
+
+
+@pytest.mark.parametrize("arguments, error, text", [
+    ({"num_workers": 0}, ValueError, "num_workers must be a positive number, got 0"),
+    ({}, ValueError, "give num_workers"),
+    ({"num_workers": 2, "num_hosts": 1}, ValueError, "not both"),
+    ({"num_workers": 2, "placement_strategy": "ANYWHERE"}, ValueError, "placement_strategy must be one of"),
+    ({"num_workers": 2, "start_timeout": 0}, ValueError, "start_timeout must be a positive number"),
+])
+def test_bad_arguments_are_named(arguments, error, text):
+    with pytest.raises(error, match=text):
+        RayExecutor(**arguments)
+
+
+def test_calls_before_start_and_callbacks_are_refused(executor):
+    job = executor(num_workers=1)
+    with pytest.raises(RuntimeError, match="call start"):
+        job.run(cluster_tasks.coordinates)
+    job.start()
+    with pytest.raises(NotImplementedError, match="callbacks"):
+        job.run(cluster_tasks.coordinates, callbacks=[print])
+    with pytest.raises(RuntimeError, match="start\\(\\) was called already"):
+        job.start()

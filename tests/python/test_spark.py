@@ -1,0 +1,134 @@
+"""hora.spark.run on a local[4] Spark session: results in rank order, process
+sets inside the function, failures named, slot and argument checks, the
+job's secret."""
+
+import io
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+import cluster_tasks
+import hora.spark
+
+cloudpickle.register_pickle_by_value(cluster_tasks)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# A rank whose peer died fails within this op timeout (seconds).
+OP_TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[4]").appName("hora-tests")
+               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    session.sparkContext.setLogLevel("FATAL")
+    yield session
+    session.stop()
+
+
+@pytest.mark.parametrize("num_proc", [1, 2, 4])
+def test_results_come_back_in_rank_order(spark, num_proc):
+    results = hora.spark.run(cluster_tasks.coordinates, num_proc=num_proc)
+    assert [r["rank"] for r in results] == list(range(num_proc))
+    expected_sum = num_proc * (num_proc + 1) / 2
+    for rank, result in enumerate(results):
+        # One host: local ranks are the ranks, one cross rank.
+        assert (result["size"], result["local_rank"], result["local_size"]) == (num_proc, rank, num_proc)
+        assert (result["cross_rank"], result["cross_size"]) == (0, 1)
+        assert result["sum"] == expected_sum
+    assert len({r["pid"] for r in results}) == num_proc
+
+
+def test_arguments_reach_the_function(spark):
+    results = hora.spark.run(lambda a, b=0: (int(os.environ["HORA_RANK"]), a + b), args=(40,), kwargs={"b": 2},
+                             num_proc=2, env={"HORA_TEST_VALUE": "x"})
+    assert results == [(0, 42), (1, 42)]
+    assert hora.spark.run(lambda: os.environ["HORA_TEST_VALUE"], num_proc=1, env={"HORA_TEST_VALUE": "x"}) == ["x"]
+
+
+def test_two_tasks_on_disjoint_sets_give_what_they_give_alone(spark):
+    together = hora.spark.run(cluster_tasks.regression, args=([3, 5],), num_proc=4)
+    alone = {seed: hora.spark.run(cluster_tasks.regression, args=(seed,), num_proc=2) for seed in (3, 5)}
+    assert [seed for seed, _ in together] == [3, 3, 5, 5]
+    for rank, (seed, weights) in enumerate(together):
+        # The members of a set agree, and equal the task run as a job of its own.
+        assert weights == together[rank ^ 1][1]
+        assert weights == pytest.approx(alone[seed][0][1], abs=1e-12)
+    assert together[0][1] != together[2][1]
+
+
+def test_the_ranks_output_reaches_the_driver_with_rank_prefixes(spark):
+    out, err = io.StringIO(), io.StringIO()
+
+    def talk():
+        print("to stdout from", os.environ["HORA_RANK"])
+        print("to stderr from", os.environ["HORA_RANK"], file=sys.stderr)
+
+    hora.spark.run(talk, num_proc=2, stdout=out, stderr=err)
+    assert sorted(out.getvalue().splitlines()) == ["[0]:to stdout from 0", "[1]:to stdout from 1"]
+    assert sorted(err.getvalue().splitlines()) == ["[0]:to stderr from 0", "[1]:to stderr from 1"]
+
+
+def test_a_failing_rank_fails_the_job_naming_it_and_leaves_no_process(spark):
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as raised:
+        hora.spark.run(cluster_tasks.fail_on_rank_one, num_proc=4, stderr=io.StringIO(),
+                       env={"HORA_OP_TIMEOUT_SECONDS": str(OP_TIMEOUT)})
+    elapsed = time.monotonic() - started
+    message = str(raised.value)
+    assert "rank 1 failed first" in message, message
+    assert "ValueError: rank 1 found a NaN loss" in message, message
+    assert "rank 1 exited with code 1 (the first rank to fail)" in message, message
+    assert elapsed < OP_TIMEOUT, f"the failure took {elapsed:.1f} s to surface"
+    deadline = time.monotonic() + 5
+    while cluster_tasks.child_processes("hora.spark._child") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster_tasks.child_processes("hora.spark._child") == []
+
+
+def test_more_ranks_than_slots_fail_at_once(spark):
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = len(tracker.getJobIdsForGroup(None)) if hasattr(tracker, "getJobIdsForGroup") else None
+    with pytest.raises(ValueError, match=r"num_proc=5 needs 5 task slots .* the cluster has 4"):
+        hora.spark.run(cluster_tasks.coordinates, num_proc=5)
+    if jobs_before is not None:
+        assert len(tracker.getJobIdsForGroup(None)) == jobs_before   # no Spark job was submitted
+
+
+def test_tasks_that_cannot_start_time_out_and_the_job_is_cancelled(spark):
+    # Another job holds every slot for a while: the barrier stage cannot start.
+    busy = threading.Thread(target=lambda: spark.sparkContext.parallelize(range(4), 4).foreach(
+        lambda _: time.sleep(8)), daemon=True)
+    busy.start()
+    time.sleep(1.5)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"0 of 2 tasks started within start_timeout=2 s"):
+        hora.spark.run(cluster_tasks.coordinates, num_proc=2, start_timeout=2)
+    assert time.monotonic() - started < 8
+    busy.join()
+    # The cancelled job left nothing behind: the next one runs.
+    assert [r["rank"] for r in hora.spark.run(cluster_tasks.coordinates, num_proc=2)] == [0, 1]
+
+
+def test_the_rendezvous_refuses_a_wrong_secret(spark):
+    refusals = hora.spark.run(cluster_tasks.secret_is_checked, num_proc=2)
+    assert all(r is not None and "refused the job secret" in r for r in refusals), refusals
+
+
+@pytest.mark.parametrize("arguments, error, text", [
+    ({"num_proc": 0}, ValueError, "num_proc must be a positive integer, got 0"),
+    ({"num_proc": "2"}, ValueError, "num_proc must be a positive integer, got '2'"),
+    ({"num_proc": 2, "start_timeout": -1}, ValueError, "start_timeout must be a positive number"),
+    ({"num_proc": 2, "use_mpi": True}, NotImplementedError, "use_mpi=True is not supported"),
+])
+def test_bad_arguments_are_named(spark, arguments, error, text):
+    with pytest.raises(error, match=text):
+        hora.spark.run(cluster_tasks.coordinates, **arguments)
