@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 # clang and its compiler-rt (libFuzzer, sanitizers) build the fuzz targets
 # that make test runs.
-DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clang libclang-rt-dev)
+# Java runs Spark (hora.spark's tests use a local Spark session).
+DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clang libclang-rt-dev
+                 openjdk-17-jre-headless)
 # The MPI backend's: installed when run as root; without them hora builds
 # without MPI and its MPI tests are skipped.
 OPTIONAL_DEBIAN_PACKAGES=(libopenmpi-dev openmpi-bin)
@@ -24,6 +26,14 @@ PYTHON_PACKAGES=(
   "pytest pytest "
   "mpi4py mpi4py "
   "matplotlib matplotlib "
+  # hora.spark, with the Spark Connect client (pandas, pyarrow, gRPC);
+  # PySpark 4.3 does not support pandas 3 yet.
+  "pyspark pyspark[connect]==4.3.0 4.3.0"
+  "pandas pandas==2.3.3 2.3.3"
+  "pyarrow pyarrow "
+  "grpcio-status grpcio-status "
+  # hora.ray
+  "ray ray==2.60.0 2.60.0"
   "nanobind nanobind "
   "scikit-build-core scikit-build-core "
   "cmake cmake "

@@ -37,7 +37,7 @@ _job_ids = itertools.count()
 
 def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=None, use_gloo=None,
         extra_mpi_args=None, env=None, stdout=None, stderr=None, verbose=1, nics=None,
-        prefix_output_with_timestamp=False, executable=None):
+        prefix_output_with_timestamp=False, executable=None, spark=None):
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` Spark tasks, each a rank
     of one hora job, and returns the ranks' results in rank order.
 
@@ -54,6 +54,8 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         (HORA_NETWORK_INTERFACES).
     executable: the Python that runs each rank (default: the Spark
         worker's).
+    spark: the SparkSession (classic or Spark Connect) or SparkContext to
+        run on; by default the active session, else the active context.
 
     A rank that fails fails the job: RuntimeError naming the rank that
     failed first, with the end of its stderr. ``use_mpi`` is not supported
@@ -63,7 +65,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
     if use_mpi:
         raise NotImplementedError("hora.spark.run runs its ranks over Gloo and shared memory; use_mpi=True "
                                   "is not supported (Spark tasks cannot start MPI's daemons)")
-    engine = _Engine.active()
+    engine = _Engine.active(spark)
     num_proc = _checked_num_proc(num_proc, engine.slots())
     start_timeout = _start_timeout(start_timeout)
     variables = dict(env or {})
@@ -182,21 +184,31 @@ class _Engine:
         self._handle = handle
 
     @classmethod
-    def active(cls):
+    def active(cls, spark=None):
+        """The engine of `spark` (a SparkSession, Connect or classic, or a
+        SparkContext), else of the active session, else of the active
+        SparkContext."""
         from pyspark import SparkContext
 
-        context = SparkContext._active_spark_context
-        if context is not None:
-            return cls("a SparkContext", context)
-        try:
-            from pyspark.sql import SparkSession
-            session = SparkSession.getActiveSession()
-        except Exception:   # noqa: BLE001 - no usable session of either kind
-            session = None
-        if session is not None:
-            return cls("Spark Connect", session)
-        raise RuntimeError("hora.spark.run: no active Spark session; create one first "
-                           "(SparkSession.builder...getOrCreate())")
+        if spark is None:
+            try:
+                from pyspark.sql import SparkSession
+                spark = SparkSession.getActiveSession()
+            except Exception:   # noqa: BLE001 - no usable session
+                spark = None
+        if spark is None:
+            spark = SparkContext._active_spark_context
+        if spark is None:
+            raise RuntimeError("hora.spark.run: no active Spark session; create one first "
+                               "(SparkSession.builder...getOrCreate())")
+        if isinstance(spark, SparkContext):
+            return cls("a SparkContext", spark)
+        if type(spark).__module__.startswith("pyspark.sql.connect"):
+            return cls("Spark Connect", spark)
+        if hasattr(spark, "sparkContext"):
+            return cls("a SparkContext", spark.sparkContext)
+        raise TypeError(f"hora.spark.run: spark must be a SparkSession or a SparkContext, got "
+                        f"{type(spark).__name__}")
 
     def slots(self):
         """How many tasks the cluster runs at once, or None if not known."""
