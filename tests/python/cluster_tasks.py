@@ -103,3 +103,25 @@ def child_processes(marker):
         if marker.encode() in command:
             pids.append(int(entry))
     return pids
+
+
+def horovod_training(steps=3):
+    """A Horovod script's training loop (horovod.torch through the shim);
+    returns the model's weights, which every rank must agree on."""
+    import torch
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    torch.manual_seed(hvd.rank())   # different data and initial weights per rank
+    model = torch.nn.Linear(4, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for _ in range(steps):
+        x = torch.randn(8, 4)
+        loss = ((model(x) - 1.0) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return [p.detach().flatten().tolist() for p in model.parameters()]

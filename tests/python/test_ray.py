@@ -168,3 +168,16 @@ def test_calls_before_start_and_callbacks_are_refused(executor):
         job.run(cluster_tasks.coordinates, callbacks=[print])
     with pytest.raises(RuntimeError, match="start\\(\\) was called already"):
         job.start()
+
+
+def test_horovod_scripts_run_unchanged_through_the_shim():
+    from horovod.ray import RayExecutor as HorovodRayExecutor
+
+    job = HorovodRayExecutor(HorovodRayExecutor.create_settings(timeout_s=30), num_workers=2, cpus_per_worker=1,
+                             use_gpu=False)
+    job.start()
+    try:
+        results = job.run(cluster_tasks.horovod_training)
+    finally:
+        job.shutdown()
+    assert len(results) == 2 and results[0] == results[1]

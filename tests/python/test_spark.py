@@ -132,3 +132,10 @@ def test_the_rendezvous_refuses_a_wrong_secret(spark):
 def test_bad_arguments_are_named(spark, arguments, error, text):
     with pytest.raises(error, match=text):
         hora.spark.run(cluster_tasks.coordinates, **arguments)
+
+
+def test_horovod_scripts_run_unchanged_through_the_shim(spark):
+    import horovod.spark
+
+    results = horovod.spark.run(cluster_tasks.horovod_training, num_proc=2)
+    assert len(results) == 2 and results[0] == results[1]

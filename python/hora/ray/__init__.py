@@ -184,7 +184,7 @@ class RayExecutor:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        worker_class = ray.remote(_Worker)
+        worker_class = ray.remote(Worker)
         per_bundle = self.num_workers_per_host if self.num_hosts is not None else 1
         return [worker_class.options(
                     num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
@@ -286,8 +286,8 @@ class RayExecutor:
             self._server = None
 
 
-class _Worker:
-    """The actor of one rank."""
+class Worker:
+    """The actor of one rank (Horovod's BaseHorovodWorker)."""
 
     def __init__(self):
         self.executable = None

@@ -1,0 +1,5 @@
+"""``horovod.ray`` on hora: ``RayExecutor`` runs a job on Ray actors, one per
+rank (``hora.ray.RayExecutor``)."""
+
+from hora.ray import RayExecutor  # noqa: F401
+from hora.ray import Worker as BaseHorovodWorker  # noqa: F401
