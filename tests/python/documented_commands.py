@@ -20,7 +20,7 @@ EXAMPLES = os.path.join(REPO, "examples")
 FRESH_SHELL_VARIABLES = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "SHELL")
 # How the examples' docstrings give their command: an indented line after the
 # paragraph that says to run it from the repository root.
-DOCSTRING_COMMAND = re.compile(r"^ {4}(\.venv\S*/bin/horarun .+)$", re.MULTILINE)
+DOCSTRING_COMMAND = re.compile(r"^ {4}(\.venv\S*/bin/(?:horarun|python) .+)$", re.MULTILINE)
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 # A comment at the end of a command line: blanks, then '# '.
 TRAILING_COMMENT = re.compile(r"\s+#\s.*$")

@@ -234,3 +234,37 @@ def test_elastic_multitask_survives_a_lost_worker_and_grows_back(tmp_path):
     assert "[spirals classifier] final: loss" in out and "world changes at steps []" in out
     title = re.findall(r"^\[0\]:elastic_multitask\.png: (.+)$", out, re.MULTILINE)[0]
     assert f"world 2->1 at step 40 then 1->2 at step {grown.group(1)}" in title, title
+
+
+def run_driver_example(name, tmp_path, steps):
+    """Runs an example whose driver starts the job itself (Spark, Ray), as
+    its docstring says; returns its stdout and the title of its PNG."""
+    root = repository_root(str(tmp_path / "repo"))
+    command = docstring_command(name)
+    assert command == f".venv/bin/python examples/{name}.py"
+    result = run_as_written(command, root, timeout=240, HORA_EXAMPLE_STEPS=str(steps))
+    assert result.returncode == 0, describe(result)
+    with open(os.path.join(root, f"{name}.png"), "rb") as png:
+        assert png.read(8) == PNG_SIGNATURE
+    titles = re.findall(rf"^{name}\.png: (.+)$", result.stdout, re.MULTILINE)
+    assert len(titles) == 1, describe(result)
+    return result.stdout, titles[0]
+
+
+def test_spark_hpo_runs_its_trials_on_sets_in_one_spark_job(tmp_path):
+    stdout, title = run_driver_example("spark_hpo", tmp_path, steps=20)
+    # Two sets ran two trials each; every trial's line reached the driver from its set's first rank.
+    for trial, rank in ((0, 0), (1, 2), (2, 0), (3, 2)):
+        assert re.search(rf"^\[{rank}\]:trial {trial} lr=\S+ on ranks \[{rank}, {rank + 1}\]", stdout, re.MULTILINE)
+    assert "4 trials on 2 sets of 2 ranks in one Spark job" in stdout
+    best = re.search(r"best: (trial \d lr=[0-9.]+), validation MSE", stdout).group(1)
+    assert f"best: {best} (validation MSE" in title
+
+
+def test_ray_ensemble_trains_its_members_on_sets_in_one_executor(tmp_path):
+    stdout, title = run_driver_example("ray_ensemble", tmp_path, steps=20)
+    assert "2 members on 4 Ray actors" in stdout
+    assert "member 0 (ranks [0, 1]): test accuracy" in stdout and "member 1 (ranks [2, 3]): test accuracy" in stdout
+    accuracy = float(re.search(r"ensemble of 2 members: test accuracy (0\.\d+)", stdout).group(1))
+    mean = float(re.search(r"members' test accuracy: mean (0\.\d+)", stdout).group(1))
+    assert f"ensemble {accuracy:.3f} vs mean member {mean:.3f}" in title
