@@ -20,6 +20,10 @@ joins the newest round that includes it at ``hvd.init()``.
 - Fewer than ``--min-np`` workers for longer than ``--elastic-timeout``, or
   more than ``--reset-limit`` new rounds, stops the job with a message
   saying which.
+
+Where hosts come from and how a worker is started is a *pool*'s business:
+horarun's ProcessPool runs the discovery script and starts processes
+(locally or over ssh); hora.ray's pool finds Ray's nodes and starts actors.
 """
 
 import json
@@ -107,15 +111,92 @@ class _Worker:
     worker_id: str
     host: str
     number: int            # the order it was started in: its output's prefix
-    process: object        # launch.RankProcess
+    process: object        # the pool's handle (see ProcessPool.start)
+
+
+class ProcessPool:
+    """horarun's workers: hosts from --host-discovery-script, each worker a
+    process on its host (ssh for a remote one).
+
+    A pool's interface: discover() -> {host: slots}; rendezvous_address(host)
+    and hostname(host), what a worker on `host` gets as HORA_RENDEZVOUS_ADDR
+    and HORA_HOSTNAME; start(worker_id, host, number, variables) -> a handle
+    with signal(signum) and finish(timeout), which puts (handle, exit
+    status) on the job's `exits` queue when the worker ends; close()."""
+
+    def __init__(self, job):
+        self.job = job
+
+    def discover(self):
+        return discover(self.job.args.host_discovery_script, self.job.args.slots_per_host)
+
+    def rendezvous_address(self, host):
+        if host_list.is_local(host):
+            return "127.0.0.1"
+        return self.job.args.rendezvous_addr or self.job.launch._outward_address(host)
+
+    def hostname(self, host):
+        return "127.0.0.1" if host_list.is_local(host) else host
+
+    def start(self, worker_id, host, number, variables):
+        args, launch = self.job.args, self.job.launch
+        placement = host_list.RankPlacement(number, 0, host, 0, 1, 0, 1)
+        if host_list.is_local(host):
+            argv, environ, remote = args.command, rank_env.local_environment(variables), False
+        else:
+            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables), args.command)
+            argv, environ, remote = launch.ssh_command(host, script, args), None, True
+        handle = _ProcessHandle()
+        handle.process = launch.RankProcess(placement, argv, environ, _Relabel(self.job.exits, handle), remote,
+                                            lambda pid: None)
+        return handle
+
+    def close(self):
+        pass
+
+
+class _Relabel:
+    """Puts a RankProcess's (process, status) on the job's queue as (its
+    handle, status)."""
+
+    def __init__(self, exits, handle):
+        self.exits = exits
+        self.handle = handle
+
+    def put(self, item):
+        self.exits.put((self.handle, item[1]))
+
+
+class _ProcessHandle:
+    process = None   # its launch.RankProcess
+
+    def signal(self, signum):
+        if self.process.popen.returncode is None:
+            self.process.send_signal(signum)
+
+    def finish(self, timeout):
+        try:
+            self.process.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.join_output(timeout=2.0)
 
 
 class ElasticJob:
-    def __init__(self, args, extra_env=None):
+    """The rounds of one elastic job. `args` holds horarun's elastic options
+    (min_np, max_np, elastic_timeout, reset_limit,
+    blacklist_cooldown_range, start_timeout, verbose, and what the pool
+    reads); `pool` makes the workers (ProcessPool by default); `name`
+    starts the driver's lines."""
+
+    def __init__(self, args, extra_env=None, pool=None, name="horarun"):
         from hora.runner import launch
 
         self.launch = launch
         self.args = args
+        self.name = name
+        self.pool = pool(self) if pool is not None else ProcessPool(self)
+        self.error = None
         self.extra_env = {**launch.job_environment(args), **(extra_env or {})}
         self.secret = secrets.token_hex(16)
         self.interval = float(os.environ.get(DISCOVERY_INTERVAL_VARIABLE, "1"))
@@ -143,10 +224,12 @@ class ElasticJob:
         try:
             return self._run()
         except ElasticError as error:
+            self.error = str(error)
             self._say(f"elastic job stopped: {error}")
             return 1
         finally:
             self._stop_all(signal.SIGKILL)
+            self.pool.close()
             self.server.stop()
 
     def _run(self):
@@ -165,7 +248,7 @@ class ElasticJob:
                 continue
             if now >= next_discovery:
                 next_discovery = now + self.interval
-                hosts = discover(self.args.host_discovery_script, self.args.slots_per_host)
+                hosts = self.pool.discover()
                 changed |= self._grow(hosts)
                 if not self.workers and hosts and all(self.blacklist.get(h) == float("inf") for h in hosts):
                     raise ElasticError(f"no worker is left and every listed host is blacklisted for good "
@@ -222,13 +305,14 @@ class ElasticJob:
                     self.finishers = {w for w in self.workers if self._joined(w) == final}
                     for other in list(self.workers.values()):
                         if other.worker_id not in self.finishers:
-                            other.process.send_signal(signal.SIGTERM)
+                            other.process.signal(signal.SIGTERM)
                 continue
             if self.finishing:
                 if worker.worker_id in self.finishers:
                     self.status = self.status or code
                 continue
-            self.last_failure = f"worker {worker.worker_id} {self.launch.describe_exit(code)}"
+            what = getattr(worker.process, "failure", None) or self.launch.describe_exit(code)
+            self.last_failure = f"worker {worker.worker_id} {what}"
             self._say(f"{self.last_failure}; blacklisting host {worker.host}")
             self._blacklist(worker.host)
             changed = True
@@ -268,15 +352,14 @@ class ElasticJob:
 
     def _start(self, host, slot):
         worker_id = f"{host}:{slot}"
-        local = host_list.is_local(host)
         variables = {
-            "HORA_RENDEZVOUS_ADDR": "127.0.0.1" if local else self._address(host),
+            "HORA_RENDEZVOUS_ADDR": self.pool.rendezvous_address(host),
             "HORA_RENDEZVOUS_PORT": str(self.server.port),
             "HORA_SECRET": self.secret,
             # A new worker waits in init for the others to reach their next
             # commit: as long as a round may take to form.
             "HORA_START_TIMEOUT": str(max(self.args.start_timeout, self.args.elastic_timeout)),
-            "HORA_HOSTNAME": "127.0.0.1" if local else host,
+            "HORA_HOSTNAME": self.pool.hostname(host),
             worker_side.ENVIRONMENT_FLAG: "1",
             worker_side.WORKER_VARIABLE: worker_id,
             worker_side.TIMEOUT_VARIABLE: str(self.args.elastic_timeout),
@@ -284,38 +367,22 @@ class ElasticJob:
         if "OMP_NUM_THREADS" not in os.environ:
             variables["OMP_NUM_THREADS"] = "1"
         variables.update(self.extra_env)
-        placement = host_list.RankPlacement(self.started, 0, host, 0, 1, 0, 1)
-        if local:
-            argv, environ, remote = self.args.command, rank_env.local_environment(variables), False
-        else:
-            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables), self.args.command)
-            argv, environ, remote = self.launch.ssh_command(host, script, self.args), None, True
-        process = self.launch.RankProcess(placement, argv, environ, self.exits, remote, lambda pid: None)
-        self.workers[worker_id] = _Worker(worker_id, host, self.started, process)
+        handle = self.pool.start(worker_id, host, self.started, variables)
+        self.workers[worker_id] = _Worker(worker_id, host, self.started, handle)
         self.pending.append(worker_id)
         self.started += 1
 
-    def _address(self, remote_host):
-        """Where a worker on `remote_host` reaches the rendezvous server."""
-        return self.args.rendezvous_addr or self.launch._outward_address(remote_host)
-
     def _stop_all(self, signum):
         for worker in list(self.workers.values()):
-            if worker.process.popen.returncode is None:
-                worker.process.send_signal(signum)
+            worker.process.signal(signum)
         for worker in list(self.workers.values()):
-            try:
-                worker.process.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                worker.process.send_signal(signal.SIGKILL)
-            worker.process.join_output(timeout=2.0)
+            worker.process.finish(timeout=5)
 
     def forward_signal(self, signum, _frame=None):
         self.received_signal = signum
 
-    @staticmethod
-    def _say(text):
-        print(f"horarun: {text}", file=sys.stderr, flush=True)
+    def _say(self, text):
+        print(f"{self.name}: {text}", file=sys.stderr, flush=True)
 
 
 def main(args):
