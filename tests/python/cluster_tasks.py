@@ -125,3 +125,64 @@ def horovod_training(steps=3):
         loss.backward()
         optimizer.step()
     return [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def elastic_sample(step, rank):
+    """The sample rank `rank` trains on at `step` in elastic_regression."""
+    import numpy as np
+
+    x = np.random.default_rng(1000 * step + rank).normal(size=4)
+    return x, 0.5 * x.sum()
+
+
+def elastic_reference(steps, sizes):
+    """The weights elastic_regression reaches when step t runs on
+    sizes(t) ranks."""
+    import numpy as np
+
+    w = np.zeros(4)
+    for step in range(steps):
+        grads = []
+        for rank in range(sizes(step)):
+            x, y = elastic_sample(step, rank)
+            grads.append(2 * (x @ w - y) * x)
+        w = w - 0.05 * np.mean(grads, axis=0)
+    return w.tolist()
+
+
+def elastic_regression(steps, kill_worker=None, kill_step=None, step_time=0.0):
+    """Elastic training (hora.common.elastic): SGD on a linear model, the
+    state committed after every step. The worker named `kill_worker`
+    (its slot, e.g. ':3') SIGKILLs itself before `kill_step` in round 0.
+    Returns the worker's id, final weights and the (round, size, from
+    step) of each round it trained in."""
+    import signal
+    import time
+
+    import numpy as np
+
+    import hora.numpy as hvd
+    from hora.common import elastic
+
+    worker = os.environ["HORA_WORKER_ID"]
+    hvd.init()
+    state = elastic.ObjectState(w=np.zeros(4), step=0)
+    rounds = []
+
+    @elastic.run
+    def train(state):
+        rounds.append((elastic.current_round(), hvd.size(), state.step))
+        while state.step < steps:
+            if kill_worker and worker.endswith(kill_worker) and state.step == kill_step and \
+                    elastic.current_round() == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = elastic_sample(state.step, hvd.rank())
+            grad = hvd.allreduce(2 * (x @ state.w - y) * x, op=hvd.Average)
+            state.w = state.w - 0.05 * grad
+            state.step += 1
+            time.sleep(step_time)
+            state.commit()
+
+    train(state)
+    hvd.shutdown()
+    return {"worker": worker, "w": state.w.tolist(), "rounds": rounds}

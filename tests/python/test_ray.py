@@ -181,3 +181,83 @@ def test_horovod_scripts_run_unchanged_through_the_shim():
     finally:
         job.shutdown()
     assert len(results) == 2 and results[0] == results[1]
+
+
+# --- elastic -----------------------------------------------------------------
+
+@pytest.fixture
+def quick_discovery(monkeypatch):
+    monkeypatch.setenv("HORA_ELASTIC_DISCOVERY_INTERVAL", "0.2")
+
+
+def test_elastic_survivors_of_a_killed_actor_go_on_from_their_commit(quick_discovery):
+    from hora.ray import ElasticRayExecutor
+
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=4, elastic_timeout=30)
+    job = ElasticRayExecutor(settings, cpus_per_slot=1)
+    job.start()
+    started = time.monotonic()
+    results = job.run(lambda: cluster_tasks.elastic_regression(12, kill_worker=":3", kill_step=5))
+    # The killed actor's node is blacklisted for good (no cooldown): three workers finish.
+    assert len(results) == 3
+    expected = cluster_tasks.elastic_reference(12, lambda step: 4 if step < 5 else 3)
+    for result in results:
+        assert result["w"] == pytest.approx(expected, abs=1e-9)
+        assert result["rounds"] == [(0, 4, 0), (1, 3, 5)]
+    assert time.monotonic() - started < 60
+    assert released([])
+
+
+def test_elastic_workers_come_back_after_the_cooldown(quick_discovery):
+    from hora.ray import ElasticRayExecutor
+
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=4, elastic_timeout=30,
+                                                  cooldown_range=(1, 2))
+    job = ElasticRayExecutor(settings, cpus_per_slot=1)
+    job.start()
+    results = job.run(lambda: cluster_tasks.elastic_regression(60, kill_worker=":3", kill_step=5, step_time=0.1))
+    # The node came back: a new worker joined, received the state and trained to the end at size 4.
+    assert len(results) == 4
+    assert len({tuple(r["w"]) for r in results}) == 1
+    newcomer = [r for r in results if r["rounds"][0][0] > 0]
+    assert len(newcomer) == 1 and newcomer[0]["rounds"][0][1] == 4
+    survivor_rounds = [r["rounds"] for r in results if r["rounds"][0][0] == 0]
+    assert all(rounds[1] == (1, 3, 5) and rounds[-1][1] == 4 for rounds in survivor_rounds)
+    assert released([])
+
+
+def test_elastic_job_that_cannot_go_on_raises_why(quick_discovery):
+    from hora.ray import ElasticRayExecutor
+
+    settings = ElasticRayExecutor.create_settings(min_num_proc=4, max_num_proc=4, elastic_timeout=2)
+    job = ElasticRayExecutor(settings, cpus_per_slot=1)
+    job.start()
+    with pytest.raises(RuntimeError, match=r"the elastic job stopped: fewer than min_num_proc 4 workers \(3\) "
+                                           r"for longer than elastic_timeout 2 s"):
+        job.run(lambda: cluster_tasks.elastic_regression(40, kill_worker=":3", kill_step=2, step_time=0.05))
+    assert released([])
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({"min_num_proc": 0}, "min_num_proc must be a positive integer"),
+    ({"min_num_proc": 3, "max_num_proc": 2}, "max_num_proc 2 is below min_num_proc 3"),
+    ({"elastic_timeout": 0}, "elastic_timeout must be a positive number"),
+    ({"cooldown_range": (3, 1)}, "cooldown_range must be"),
+])
+def test_elastic_settings_are_checked(arguments, text):
+    from hora.ray import ElasticRayExecutor
+
+    with pytest.raises(ValueError, match=text):
+        ElasticRayExecutor.create_settings(**arguments)
+
+
+def test_a_ray_executor_with_min_workers_is_elastic(quick_discovery):
+    job = RayExecutor(min_workers=2, max_workers=4, elastic_timeout=30)
+    job.start()
+    results = job.run(cluster_tasks.elastic_regression, args=(6,))
+    expected = cluster_tasks.elastic_reference(6, lambda step: 4)
+    assert [r["rounds"] for r in results] == [[(0, 4, 0)]] * 4
+    assert all(r["w"] == pytest.approx(expected, abs=1e-9) for r in results)
+    with pytest.raises(NotImplementedError, match="supports run\\(\\) only"):
+        job.execute(lambda executable: None)
+    assert released([])

@@ -48,6 +48,10 @@ class RayExecutor:
     start_timeout: seconds to wait for the placement group (default:
         settings.placement_group_timeout_s, else 100).
     env: variables set in every actor before a function runs.
+
+    min_workers/max_workers (with reset_limit, cooldown_range,
+    elastic_timeout) make an elastic executor instead: run() then runs the
+    function as ElasticRayExecutor does (hora.ray.elastic).
     """
 
     @classmethod
@@ -64,10 +68,21 @@ class RayExecutor:
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
                  max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=600,
                  override_discovery=True, placement_strategy="PACK", start_timeout=None, env=None):
-        if min_workers is not None or max_workers is not None:
-            raise NotImplementedError("hora.ray.RayExecutor: elastic training on Ray (min_workers/max_workers) "
-                                      "is not supported yet; run elastic jobs with horarun --min-np/--max-np")
         self.settings = settings if settings is not None else Settings()
+        self._elastic = None
+        if min_workers is not None or max_workers is not None:
+            if num_workers is not None or num_hosts is not None:
+                raise ValueError("hora.ray.RayExecutor: give num_workers (a fixed job) or min_workers/max_workers "
+                                 "(an elastic one), not both")
+            from hora.ray.elastic import ElasticRayExecutor
+
+            self._elastic = ElasticRayExecutor(
+                ElasticRayExecutor.create_settings(
+                    min_num_proc=min_workers if min_workers is not None else 1, max_num_proc=max_workers,
+                    reset_limit=reset_limit, elastic_timeout=elastic_timeout, timeout_s=self.settings.timeout_s,
+                    nics=self.settings.nics, cooldown_range=cooldown_range),
+                use_gpu=use_gpu, cpus_per_slot=cpus_per_worker, gpus_per_slot=gpus_per_worker, env_vars=env)
+            return
         if num_workers is not None and num_hosts is not None:
             raise ValueError("hora.ray.RayExecutor: give num_workers or num_hosts (with num_workers_per_host), "
                              "not both")
@@ -107,6 +122,12 @@ class RayExecutor:
         ``executable_cls(*executable_args, **executable_kwargs)`` in each."""
         import ray
 
+        if self._elastic is not None:
+            if executable_cls is not None:
+                raise NotImplementedError("hora.ray.RayExecutor: an elastic executor runs functions only "
+                                          "(no executable_cls)")
+            self._elastic.env_vars.update({str(k): str(v) for k, v in (extra_env_vars or {}).items()})
+            return self._elastic.start()
         if self.workers:
             raise RuntimeError("hora.ray.RayExecutor: start() was called already; call shutdown() first")
         if not ray.is_initialized():
@@ -128,6 +149,8 @@ class RayExecutor:
         in rank order."""
         _no_callbacks(callbacks)
         args, kwargs = list(args or ()), dict(kwargs or {})
+        if self._elastic is not None:
+            return self._elastic.run(lambda: fn(*args, **kwargs))
         return self._gather(self._submit(lambda _executable: fn(*args, **kwargs)), "running the function")
 
     def execute(self, fn, callbacks=None):
@@ -149,7 +172,8 @@ class RayExecutor:
 
     def shutdown(self):
         """Kills every actor and removes the placement group."""
-        self._release()
+        if self._elastic is None:
+            self._release()
 
     # --- start-up ------------------------------------------------------------
 
@@ -227,6 +251,8 @@ class RayExecutor:
     # --- calls ---------------------------------------------------------------
 
     def _check_started(self):
+        if self._elastic is not None:
+            raise NotImplementedError("hora.ray.RayExecutor: an elastic executor (min_workers) supports run() only")
         if self._failed is not None:
             raise RuntimeError(f"hora.ray.RayExecutor was shut down after a failure ({self._failed}); "
                                "call start() again")
@@ -327,3 +353,12 @@ def _no_callbacks(callbacks):
 
 def _resources(resources):
     return ", ".join(f"{v:g} {k}" for k, v in sorted(resources.items())) or "none"
+
+
+def __getattr__(name):
+    # hora.ray.ElasticRayExecutor, loaded on first use.
+    if name == "ElasticRayExecutor":
+        from hora.ray.elastic import ElasticRayExecutor
+
+        return ElasticRayExecutor
+    raise AttributeError(f"module 'hora.ray' has no attribute {name!r}")
