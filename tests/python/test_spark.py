@@ -139,3 +139,76 @@ def test_horovod_scripts_run_unchanged_through_the_shim(spark):
 
     results = horovod.spark.run(cluster_tasks.horovod_training, num_proc=2)
     assert len(results) == 2 and results[0] == results[1]
+
+
+# --- elastic -----------------------------------------------------------------
+
+@pytest.fixture
+def quick_discovery(monkeypatch):
+    monkeypatch.setenv("HORA_ELASTIC_DISCOVERY_INTERVAL", "0.2")
+
+
+def test_elastic_survivors_of_a_killed_worker_go_on_from_their_commit(spark, quick_discovery):
+    results = hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(12,),
+                                     kwargs={"kill_worker": ":3", "kill_step": 5}, num_proc=4, min_num_proc=2,
+                                     elastic_timeout=30, stdout=io.StringIO(), stderr=io.StringIO())
+    # The host is blacklisted for good (no cooldown): three workers finish.
+    assert len(results) == 3
+    expected = cluster_tasks.elastic_reference(12, lambda step: 4 if step < 5 else 3)
+    for result in results:
+        assert result["w"] == pytest.approx(expected, abs=1e-9)
+        assert result["rounds"] == [(0, 4, 0), (1, 3, 5)]
+    deadline = time.monotonic() + 5
+    while cluster_tasks.child_processes("hora.spark._child") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster_tasks.child_processes("hora.spark._child") == []
+
+
+def test_elastic_slot_comes_back_after_the_cooldown(spark, quick_discovery):
+    results = hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(60,),
+                                     kwargs={"kill_worker": ":3", "kill_step": 5, "step_time": 0.1}, num_proc=4,
+                                     min_num_proc=2, elastic_timeout=30, cooldown_range=(1, 2),
+                                     stdout=io.StringIO(), stderr=io.StringIO())
+    # The task that held the slot offered it again; after the cooldown it got a new worker.
+    assert len(results) == 4
+    assert len({tuple(r["w"]) for r in results}) == 1
+    newcomers = [r for r in results if r["rounds"][0][0] > 0]
+    assert len(newcomers) == 1 and newcomers[0]["rounds"][0][1] == 4
+    assert all(r["rounds"][1] == (1, 3, 5) for r in results if r["rounds"][0][0] == 0)
+
+
+def test_elastic_job_grows_when_spark_frees_slots(spark, quick_discovery):
+    # Another job holds two slots for a while: the elastic job starts on two
+    # tasks, and its other two tasks start, and join, when those slots free up.
+    busy = threading.Thread(target=lambda: spark.sparkContext.parallelize(range(2), 2).foreach(
+        lambda _: time.sleep(6)), daemon=True)
+    busy.start()
+    time.sleep(1.5)
+    results = hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(120,), kwargs={"step_time": 0.1},
+                                     num_proc=2, max_num_proc=4, elastic_timeout=30, stdout=io.StringIO(),
+                                     stderr=io.StringIO())
+    busy.join()
+    assert len(results) == 4
+    assert len({tuple(r["w"]) for r in results}) == 1
+    first = [r for r in results if r["rounds"][0] == (0, 2, 0)]
+    assert len(first) == 2 and all(r["rounds"][-1][1] == 4 for r in first)
+
+
+def test_elastic_job_below_its_minimum_stops_with_the_reason(spark, quick_discovery):
+    with pytest.raises(RuntimeError, match=r"the elastic job stopped: fewer than min_num_proc 4 workers \(3\) "
+                                           r"for longer than elastic_timeout 2 s"):
+        hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(40,),
+                               kwargs={"kill_worker": ":3", "kill_step": 2, "step_time": 0.05}, num_proc=4,
+                               elastic_timeout=2, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ({"num_proc": 2, "min_num_proc": 3}, "max_num_proc 2 is below min_num_proc 3"),
+    ({"num_proc": 2, "min_num_proc": 1, "max_num_proc": 1}, "need min_num_proc <= num_proc <= max_num_proc, got 1, 2, 1"),
+    ({"num_proc": 2, "max_num_proc": 0}, "max_num_proc must be a positive integer"),
+    ({"num_proc": 2, "elastic_timeout": -1}, "elastic_timeout must be a positive number"),
+    ({"num_proc": 2, "cooldown_range": (2, 1)}, "cooldown_range must be"),
+])
+def test_elastic_arguments_are_checked(spark, arguments, text):
+    with pytest.raises(ValueError, match=text):
+        hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(1,), **arguments)

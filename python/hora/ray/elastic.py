@@ -56,23 +56,12 @@ class ElasticRayExecutor:
             raise TypeError(f"ElasticRayExecutor.create_settings: unknown arguments {sorted(kwargs)}")
         min_num_proc = min_np if min_np is not None else min_num_proc
         max_num_proc = max_np if max_np is not None else max_num_proc
-        _check_count("min_num_proc", min_num_proc)
-        if max_num_proc is not None:
-            _check_count("max_num_proc", max_num_proc)
-            if max_num_proc < min_num_proc:
-                raise ValueError(f"ElasticRayExecutor: max_num_proc {max_num_proc} is below min_num_proc "
-                                 f"{min_num_proc}")
-        for name, value in (("elastic_timeout", elastic_timeout), ("timeout_s", timeout_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"ElasticRayExecutor: {name} must be a positive number of seconds, got {value!r}")
-        if reset_limit is not None and (not isinstance(reset_limit, int) or reset_limit < 0):
-            raise ValueError(f"ElasticRayExecutor: reset_limit must be a non-negative integer, got {reset_limit!r}")
-        if cooldown_range is not None:
-            low, high = cooldown_range
-            if not 0 < low <= high:
-                raise ValueError(f"ElasticRayExecutor: cooldown_range must be (low, high) with 0 < low <= high, "
-                                 f"got {cooldown_range!r}")
-            cooldown_range = (float(low), float(high))
+        if min_num_proc is None:
+            raise ValueError("ElasticRayExecutor: min_num_proc must be a positive integer, got None")
+        cooldown_range = driver.checked_api_arguments("ElasticRayExecutor", min_num_proc, max_num_proc,
+                                                      elastic_timeout, reset_limit, cooldown_range)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"ElasticRayExecutor: timeout_s must be a positive number of seconds, got {timeout_s!r}")
         return ElasticSettings(min_num_proc=min_num_proc, max_num_proc=max_num_proc, reset_limit=reset_limit,
                                elastic_timeout=elastic_timeout, timeout_s=timeout_s, cooldown_range=cooldown_range,
                                nics=tuple(nics) if nics else None, verbose=verbose)
@@ -129,9 +118,7 @@ class ElasticRayExecutor:
         status = job.run()
         pool = pools[0]
         if status != 0:
-            reason = _in_settings_terms(job.error) or (f"a worker of the last round failed ({job.last_failure})" if job.last_failure
-                                   else f"exit status {status}")
-            raise RuntimeError(f"ElasticRayExecutor: the elastic job stopped: {reason}")
+            raise RuntimeError(f"ElasticRayExecutor: the elastic job stopped: {job.stop_reason(status)}")
         return [pool.results[worker] for worker in job.order if worker in pool.results]
 
 
@@ -170,6 +157,9 @@ class _ActorPool:
 
     def rendezvous_address(self, host):
         return self._driver_address
+
+    def starting(self):
+        return False
 
     def hostname(self, host):
         node = self._nodes().get(host)
@@ -250,20 +240,3 @@ class _ActorHandle:
     def finish(self, timeout):
         self.signal(None)
         self.done.wait(timeout)
-
-
-# horarun's flags, as the driver's messages name them, and the settings they are here.
-_SETTING_NAMES = {"--min-np": "min_num_proc", "--max-np": "max_num_proc", "--elastic-timeout": "elastic_timeout",
-                  "--reset-limit": "reset_limit", "--blacklist-cooldown-range": "cooldown_range"}
-
-
-def _in_settings_terms(message):
-    for flag, setting in _SETTING_NAMES.items():
-        message = message.replace(flag, setting) if message else message
-    return message
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"ElasticRayExecutor: {name} must be a positive integer, got {value!r}")
-

@@ -12,7 +12,8 @@ sends the job secret and its rank on two lines, then one line per line of
 output ('O' + a stdout line, 'E' + a stderr line) and at the end 'X' and
 its exit status. The driver prints the lines as horarun does ('[rank]:'
 before each) and keeps what failures.Summary needs to name the rank that
-failed first.
+failed first. (An elastic job's workers connect with their worker number
+in place of a rank.)
 """
 
 import hmac
@@ -48,8 +49,9 @@ class OutputRelay:
     close(). `stdout` and `stderr` are text streams; the lines of rank r go
     there as '[r]:line' (after the time, with `timestamps`)."""
 
-    def __init__(self, secret, stdout, stderr, host="127.0.0.1", timestamps=False):
+    def __init__(self, secret, stdout, stderr, host="127.0.0.1", timestamps=False, on_end=None):
         self._secret = secret.encode()
+        self._on_end = on_end     # on_end(rank, status, or None when the connection ended without one)
         self._streams = {"O": stdout, "E": stderr}
         self._timestamps = timestamps
         self._lock = threading.Lock()
@@ -143,7 +145,10 @@ class OutputRelay:
             finally:
                 with self._changed:
                     self._open -= 1
+                    status = self._exits.get(rank, (None, None))[0]
                     self._changed.notify_all()
+                if self._on_end is not None:
+                    self._on_end(rank, status)
 
     def _handshake(self, connection, reader):
         connection.settimeout(_HANDSHAKE_SECONDS)

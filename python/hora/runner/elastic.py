@@ -44,10 +44,42 @@ from hora.runner import hosts as host_list
 from hora.runner.rendezvous import RendezvousServer
 
 DISCOVERY_INTERVAL_VARIABLE = "HORA_ELASTIC_DISCOVERY_INTERVAL"
+WORKER_TIMEOUT_MARGIN = 5.0   # seconds
 
 
 class ElasticError(RuntimeError):
     """The elastic job cannot go on; the message says why."""
+
+
+# The driver's options under the names of the Python APIs that run it
+# (hora.spark.run_elastic, hora.ray's elastic executors).
+API_NAMES = {"--min-np": "min_num_proc", "--max-np": "max_num_proc", "--elastic-timeout": "elastic_timeout",
+             "--reset-limit": "reset_limit", "--blacklist-cooldown-range": "cooldown_range"}
+
+
+def checked_api_arguments(caller, min_num_proc, max_num_proc, elastic_timeout, reset_limit, cooldown_range):
+    """The elastic arguments of a Python API, checked; ValueError naming
+    `caller` and the argument otherwise. Returns cooldown_range as a tuple
+    of floats (or None)."""
+    for name, value in (("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{caller}: {name} must be a positive integer, got {value!r}")
+    if max_num_proc is not None and min_num_proc is not None and max_num_proc < min_num_proc:
+        raise ValueError(f"{caller}: max_num_proc {max_num_proc} is below min_num_proc {min_num_proc}")
+    if isinstance(elastic_timeout, bool) or not isinstance(elastic_timeout, (int, float)) or elastic_timeout <= 0:
+        raise ValueError(f"{caller}: elastic_timeout must be a positive number of seconds, got {elastic_timeout!r}")
+    if reset_limit is not None and (isinstance(reset_limit, bool) or not isinstance(reset_limit, int)
+                                    or reset_limit < 0):
+        raise ValueError(f"{caller}: reset_limit must be a non-negative integer, got {reset_limit!r}")
+    if cooldown_range is None:
+        return None
+    try:
+        low, high = (float(v) for v in cooldown_range)
+    except (TypeError, ValueError):
+        low = high = -1.0
+    if not 0 < low <= high:
+        raise ValueError(f"{caller}: cooldown_range must be (low, high) with 0 < low <= high, got {cooldown_range!r}")
+    return low, high
 
 
 def parse_discovery_output(text, slots_per_host, script):
@@ -122,7 +154,9 @@ class ProcessPool:
     and hostname(host), what a worker on `host` gets as HORA_RENDEZVOUS_ADDR
     and HORA_HOSTNAME; start(worker_id, host, number, variables) -> a handle
     with signal(signum) and finish(timeout), which puts (handle, exit
-    status) on the job's `exits` queue when the worker ends; close()."""
+    status) on the job's `exits` queue when the worker ends; starting(),
+    True while the pool still gathers the first round's workers (the
+    --elastic-timeout clock does not run then); close()."""
 
     def __init__(self, job):
         self.job = job
@@ -137,6 +171,9 @@ class ProcessPool:
 
     def hostname(self, host):
         return "127.0.0.1" if host_list.is_local(host) else host
+
+    def starting(self):
+        return False
 
     def start(self, worker_id, host, number, variables):
         args, launch = self.job.args, self.job.launch
@@ -195,10 +232,10 @@ class ElasticJob:
         self.launch = launch
         self.args = args
         self.name = name
+        self.secret = secrets.token_hex(16)
         self.pool = pool(self) if pool is not None else ProcessPool(self)
         self.error = None
         self.extra_env = {**launch.job_environment(args), **(extra_env or {})}
-        self.secret = secrets.token_hex(16)
         self.interval = float(os.environ.get(DISCOVERY_INTERVAL_VARIABLE, "1"))
         self.exits = queue.Queue()
         self.workers = {}            # worker id -> _Worker, alive ones
@@ -232,6 +269,18 @@ class ElasticJob:
             self.pool.close()
             self.server.stop()
 
+    def stop_reason(self, status, names=API_NAMES):
+        """Why the job ended with `status` (not 0), naming the options by
+        `names` ({flag: name})."""
+        if self.error:
+            reason = self.error
+            for flag, name in names.items():
+                reason = reason.replace(flag, name)
+            return reason
+        if self.last_failure:
+            return f"a worker of the last round failed ({self.last_failure})"
+        return f"exit status {status}"
+
     def _run(self):
         short_since = None
         next_discovery = 0.0
@@ -255,6 +304,10 @@ class ElasticJob:
                                        f"(the last failure: {self.last_failure}); --blacklist-cooldown-range "
                                        "lets hosts come back")
             alive = len(self.workers)
+            if alive < self.args.min_np and self.pool.starting():
+                short_since = None   # the pool's own start-up limit applies
+                time.sleep(0.05)
+                continue
             if alive < self.args.min_np:
                 short_since = short_since or now
                 if now - short_since > self.args.elastic_timeout:
@@ -362,7 +415,10 @@ class ElasticJob:
             "HORA_HOSTNAME": self.pool.hostname(host),
             worker_side.ENVIRONMENT_FLAG: "1",
             worker_side.WORKER_VARIABLE: worker_id,
-            worker_side.TIMEOUT_VARIABLE: str(self.args.elastic_timeout),
+            # Workers wait for a round a little longer than the driver waits
+            # for workers: when no round can form, the driver stops the job
+            # and says why, rather than each worker timing out on its own.
+            worker_side.TIMEOUT_VARIABLE: str(self.args.elastic_timeout + WORKER_TIMEOUT_MARGIN),
         }
         if "OMP_NUM_THREADS" not in os.environ:
             variables["OMP_NUM_THREADS"] = "1"

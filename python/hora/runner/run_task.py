@@ -4,7 +4,8 @@ Reads the pickled function from the store that run() serves (its address
 and secret are in HORA_RUN_FUNCTION_ADDR, _PORT and _SECRET), calls it, and
 stores the pickled result under ``result/<rank>``, or the error (loading
 the function, calling it or pickling its result) under ``error/<rank>``,
-then exits 1.
+then exits 1. A worker of an elastic job (hora.spark.run_elastic), whose
+rank changes from round to round, uses its worker id in place of the rank.
 """
 
 import os
@@ -13,6 +14,8 @@ import traceback
 
 import cloudpickle
 
+from hora.common.elastic import ENVIRONMENT_FLAG as ELASTIC_FLAG
+from hora.common.elastic import WORKER_VARIABLE
 from hora.runner.rendezvous import BadRequestError, RendezvousClient
 from hora.runner.run_function import ADDR, FUNCTION_KEY, PORT, SECRET, error_key, result_key
 
@@ -27,8 +30,15 @@ def own_rank(environ):
     raise SystemExit("hora.runner.run_task: no rank in the environment; start it through hora.runner.run()")
 
 
+def own_key(environ):
+    """The rank, or the worker id of an elastic job's worker."""
+    if environ.get(ELASTIC_FLAG) == "1" and environ.get(WORKER_VARIABLE):
+        return environ[WORKER_VARIABLE]
+    return own_rank(environ)
+
+
 def main(environ=os.environ):
-    rank = own_rank(environ)
+    rank = own_key(environ)
     with RendezvousClient(environ[ADDR], environ[PORT], environ[SECRET]) as store:
         try:
             payload = cloudpickle.dumps(cloudpickle.loads(store.get(FUNCTION_KEY, timeout=60))())

@@ -253,3 +253,6 @@ class _Engine:
             self._handle.interruptTag(tag)
         else:
             self._handle.cancelJobGroup(tag)
+
+
+from hora.spark.elastic import run_elastic  # noqa: E402,F401  (uses this module's helpers)

@@ -122,3 +122,103 @@ def _forward(source, relay, kind, tail):
             tail.add(line, 0.0)
         relay.send_line(kind, line)
     source.close()
+
+
+# --- elastic (run_elastic) ----------------------------------------------------
+
+def offer_key(offer):
+    return f"spark/offer/{offer}"
+
+
+def answer_key(offer):
+    return f"spark/go/{offer}"
+
+
+def signal_key(number):
+    return f"spark/signal/{number}"
+
+
+STOP = b"stop"
+SIGNAL_POLL_SECONDS = 0.5
+
+
+def elastic_partition(spec):
+    """The function an elastic job maps over its partitions: the task holds
+    a slot for the driver. It offers itself (its host) and runs a worker
+    each time the driver answers with one (worker number and environment),
+    until the driver answers 'stop'. A worker that fails does not fail the
+    task: the driver decides whether the slot gets another."""
+
+    def run_partition(_rows):
+        import json
+        import socket
+
+        from pyspark import TaskContext
+
+        from hora.runner.rendezvous import RendezvousClient
+
+        context = TaskContext.get()
+        slot = f"{context.partitionId()}.{context.attemptNumber()}"
+        host = socket.gethostname()
+        turn = 0
+        with RendezvousClient(spec.rendezvous_addr, spec.rendezvous_port, spec.secret) as store:
+            while True:
+                offer = f"{slot}.{turn}"
+                store.set(offer_key(offer), host)
+                answer = store.get(answer_key(offer))
+                if answer == STOP:
+                    break
+                number, variables = json.loads(answer)
+                run_worker(spec, number, variables)
+                turn += 1
+        yield context.partitionId()
+
+    return run_partition
+
+
+def run_worker(spec, number, variables):
+    """Runs one elastic worker as a child; returns its exit status. The
+    driver's signals for it (the store key signal_key(number)) reach the
+    child."""
+    from hora.runner.rendezvous import RendezvousClient, RendezvousError
+
+    relay = cluster.RelayClient(spec.rendezvous_addr, spec.relay_port, spec.secret, number)
+    environment = dict(variables)
+    environment.update({
+        run_function.ADDR: spec.rendezvous_addr,
+        run_function.PORT: str(spec.rendezvous_port),
+        run_function.SECRET: spec.secret,
+        PARENT_VARIABLE: str(os.getpid()),
+    })
+    environment.update(dict(spec.env))
+    signals = RendezvousClient(spec.rendezvous_addr, spec.rendezvous_port, spec.secret)
+    try:
+        child = subprocess.Popen([spec.executable or sys.executable, "-m", "hora.spark._child"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=env.local_environment(environment))
+
+        def relay_signals():
+            while child.poll() is None:
+                try:
+                    value = signals.get(signal_key(number), timeout=SIGNAL_POLL_SECONDS)
+                except TimeoutError:
+                    continue
+                except (RendezvousError, OSError):
+                    return
+                child.send_signal(int(value))
+                return
+
+        watcher = threading.Thread(target=relay_signals, daemon=True)
+        watcher.start()
+        forwarders = [threading.Thread(target=_forward, args=(child.stdout, relay, "O", None), daemon=True),
+                      threading.Thread(target=_forward, args=(child.stderr, relay, "E", None), daemon=True)]
+        for forwarder in forwarders:
+            forwarder.start()
+        status = child.wait()
+        for thread in forwarders + [watcher]:
+            thread.join()
+        relay.send_exit(status)
+        return status
+    finally:
+        signals.close()
+        relay.close()

@@ -1,4 +1,4 @@
 """``horovod.spark`` on hora: ``run()`` runs a function as the ranks of one
-job on Spark tasks (``hora.spark.run``)."""
+job on Spark tasks, ``run_elastic()`` as an elastic job (``hora.spark``)."""
 
-from hora.spark import run  # noqa: F401
+from hora.spark import run, run_elastic  # noqa: F401
