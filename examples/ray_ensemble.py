@@ -16,16 +16,17 @@ it):
 
 import time
 
-import cloudpickle
 import ray
+import ray.cloudpickle
 
 import learning_curves
 from hora.ray import RayExecutor
 from learning_curves import describe, parser
 from plots import ensemble_figure, save
 
-# The actors cannot import the examples' helpers: they travel with the function.
-cloudpickle.register_pickle_by_value(learning_curves)
+# The actors cannot import the examples' helpers: they travel with the
+# function (Ray sends functions with its own cloudpickle).
+ray.cloudpickle.register_pickle_by_value(learning_curves)
 
 
 def train_member(ranks_per_member, steps):

@@ -10,12 +10,16 @@ import time
 import cloudpickle
 import pytest
 import ray
+import ray.cloudpickle
 
 import cluster_tasks
 from hora.ray import RayExecutor
 
-cloudpickle.register_pickle_by_value(cluster_tasks)
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+# Ray sends functions with its own cloudpickle; the actors cannot import
+# this module or cluster_tasks, so both travel by value.
+for pickler in (cloudpickle, ray.cloudpickle):
+    pickler.register_pickle_by_value(cluster_tasks)
+    pickler.register_pickle_by_value(sys.modules[__name__])
 
 OP_TIMEOUT = 20
 
@@ -170,14 +174,19 @@ def test_calls_before_start_and_callbacks_are_refused(executor):
         job.start()
 
 
-def test_horovod_scripts_run_unchanged_through_the_shim():
+def test_horovod_scripts_run_unchanged_through_the_shim(shim_site, monkeypatch):
+    monkeypatch.syspath_prepend(str(shim_site))
     from horovod.ray import RayExecutor as HorovodRayExecutor
+
+    def with_the_shim():
+        sys.path.insert(0, str(shim_site))   # the actors' Python finds the horovod package there
+        return cluster_tasks.horovod_training()
 
     job = HorovodRayExecutor(HorovodRayExecutor.create_settings(timeout_s=30), num_workers=2, cpus_per_worker=1,
                              use_gpu=False)
     job.start()
     try:
-        results = job.run(cluster_tasks.horovod_training)
+        results = job.run(with_the_shim)
     finally:
         job.shutdown()
     assert len(results) == 2 and results[0] == results[1]

@@ -7,13 +7,17 @@ import sys
 import cloudpickle
 import pytest
 import ray
+import ray.cloudpickle
 from ray.cluster_utils import Cluster
 
 import cluster_tasks
 from hora.ray import RayExecutor
 
-cloudpickle.register_pickle_by_value(cluster_tasks)
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+# Ray sends functions with its own cloudpickle; the actors cannot import
+# this module or cluster_tasks, so both travel by value.
+for pickler in (cloudpickle, ray.cloudpickle):
+    pickler.register_pickle_by_value(cluster_tasks)
+    pickler.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")

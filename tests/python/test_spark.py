@@ -134,10 +134,11 @@ def test_bad_arguments_are_named(spark, arguments, error, text):
         hora.spark.run(cluster_tasks.coordinates, **arguments)
 
 
-def test_horovod_scripts_run_unchanged_through_the_shim(spark):
+def test_horovod_scripts_run_unchanged_through_the_shim(spark, shim_site, monkeypatch):
+    monkeypatch.syspath_prepend(str(shim_site))
     import horovod.spark
 
-    results = horovod.spark.run(cluster_tasks.horovod_training, num_proc=2)
+    results = horovod.spark.run(cluster_tasks.horovod_training, num_proc=2, env={"PYTHONPATH": str(shim_site)})
     assert len(results) == 2 and results[0] == results[1]
 
 
