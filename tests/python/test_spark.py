@@ -94,6 +94,12 @@ def test_a_failing_rank_fails_the_job_naming_it_and_leaves_no_process(spark):
     assert cluster_tasks.child_processes("hora.spark._child") == []
 
 
+def test_tasks_that_cannot_start_their_rank_fail_the_job_with_the_reason(spark):
+    with pytest.raises(RuntimeError, match=r"(?s)the Spark job failed before its ranks ran:.*/no/such/python"):
+        hora.spark.run(cluster_tasks.coordinates, num_proc=2, executable="/no/such/python")
+    assert [r["rank"] for r in hora.spark.run(cluster_tasks.coordinates, num_proc=2)] == [0, 1]
+
+
 def test_more_ranks_than_slots_fail_at_once(spark):
     tracker = spark.sparkContext.statusTracker()
     jobs_before = len(tracker.getJobIdsForGroup(None)) if hasattr(tracker, "getJobIdsForGroup") else None
