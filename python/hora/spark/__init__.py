@@ -171,8 +171,22 @@ def _failure_text(outcomes, error):
     if summary.failures:
         return "hora.spark.run failed:\n" + "\n".join(summary.lines(keep_going=False))
     # No rank reported a failure: the tasks failed before starting theirs.
-    text = str(error).strip().splitlines()
-    return "hora.spark.run: the Spark job failed before its ranks ran:\n" + "\n".join(text[-30:])
+    return "hora.spark.run: the Spark job failed before its ranks ran:\n" + _python_error(str(error))
+
+
+def _python_error(text, lines_shown=20):
+    """The last Python traceback in a Spark error (whose text goes on with
+    the JVM's stack), else the text without JVM frames."""
+    lines = text.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.rstrip().endswith("Traceback (most recent call last):")]
+    if not starts:
+        return "\n".join([line for line in lines if not line.lstrip().startswith("at ")][-lines_shown:])
+    block = []
+    for line in lines[starts[-1]:]:
+        if line.lstrip().startswith("at ") and line.startswith(("\t", " ")):
+            break
+        block.append(line)
+    return "\n".join(block[-lines_shown:])
 
 
 class _Engine:
