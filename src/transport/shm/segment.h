@@ -52,7 +52,7 @@ struct SegmentLayout {
     return slots_offset() + (uint64_t{rank} * 2 + static_cast<uint64_t>(buffer)) * slot_bytes;
   }
 
-  static constexpr uint64_t kMemberBytes = 4 * kLine;
+  static constexpr uint64_t kMemberBytes = 5 * kLine;
   static constexpr uint64_t kRingHeaderBytes = 2 * kLine;
 };
 
@@ -68,6 +68,8 @@ constexpr uint64_t kConsumed = 3 * kLine;     // u64: fast-lane log entries this
 constexpr uint64_t kWatch = 3 * kLine + 8;    // u32: who of this member waits for log entries
 constexpr uint64_t kLaneBell = 3 * kLine + 16;      // u32: futex word of this member's callers running the log
 constexpr uint64_t kLaneSleepers = 3 * kLine + 20;  // u32: those asleep on kLaneBell
+constexpr uint64_t kDataBell = 4 * kLine;          // u32: futex word of the thread running this member's collective
+constexpr uint64_t kDataSleepers = 4 * kLine + 4;  // u32: those asleep on kDataBell
 constexpr uint64_t kLaneTail = 0;             // u64: fast-lane log entries appended, ever
 constexpr uint64_t kLaneDrain = kLine;        // u32: 1 when the coordinator must drain diverted rows
 constexpr uint64_t kLaneRowsAt = 2 * kLine;   // u64[kLaneRows]

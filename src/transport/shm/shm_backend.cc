@@ -33,6 +33,8 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
     const uint64_t area = layout.member_offset(static_cast<uint32_t>(r));
     bells_.emplace_back(segment_.field_at<uint32_t>(area + field::kBell),
                         segment_.field_at<uint32_t>(area + field::kSleepers));
+    data_bells_.emplace_back(segment_.field_at<uint32_t>(area + field::kDataBell),
+                             segment_.field_at<uint32_t>(area + field::kDataSleepers));
     const int32_t pid = shared<int32_t>(segment_, area + field::kPid).load(std::memory_order_acquire);
     if (pid <= 0) throw Internal(set_name_ + ": member " + std::to_string(r) + " published no process id");
     pids.push_back(pid);
@@ -48,8 +50,11 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
 ShmBackend::~ShmBackend() {
   const uint64_t area = segment_.layout().member_offset(static_cast<uint32_t>(rank_));
   shared<uint32_t>(segment_, area + field::kState).store(kDeparted, std::memory_order_release);
-  for (int r = 0; r < size(); ++r)
-    if (r != rank_) bells_[r].ring();
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    bells_[r].ring();
+    data_bells_[r].ring();
+  }
 }
 
 bool is_shm_backend(const Backend& backend) { return dynamic_cast<const ShmBackend*>(&backend) != nullptr; }
@@ -87,7 +92,7 @@ uint64_t ShmBackend::sync(uint64_t side) {
   shared<uint64_t>(segment_, area + field::kSide + 8 * (phase % 2)).store(side, std::memory_order_relaxed);
   shared<uint64_t>(segment_, area + field::kProgress).store(phase, std::memory_order_release);
   for (int r = 0; r < size(); ++r)
-    if (r != rank_) bells_[r].ring();
+    if (r != rank_) data_bells_[r].ring();
   wait_for_all(phase);
   return phase;
 }
@@ -103,7 +108,7 @@ void ShmBackend::wait_for_all(uint64_t phase) {
     drain_if_reader();
   };
   const auto spin = phase > op_start_phase_ + 1 ? tuning_.spin_in_op : tuning_.spin;
-  if (bells_[rank_].wait(ready, idle, deadline(), spin)) return;
+  if (data_bells_[rank_].wait(ready, idle, deadline(), spin)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);
@@ -174,7 +179,10 @@ void ShmBackend::give_up(const std::string& reason) noexcept {
     text[length] = '\0';
     shared<uint32_t>(segment_, offset + field::kAbortState).store(kAborted, std::memory_order_release);
   }
-  for (int r = 0; r < size(); ++r) bells_[r].ring();
+  for (int r = 0; r < size(); ++r) {
+    bells_[r].ring();
+    data_bells_[r].ring();
+  }
 }
 
 void ShmBackend::abort(const std::string& reason) {

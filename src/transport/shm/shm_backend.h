@@ -133,7 +133,11 @@ class ShmBackend final : public Backend {
   Segment segment_;
   const std::chrono::milliseconds timeout_;
   const ShmTuning tuning_;
-  std::vector<Doorbell> bells_;  // by set rank
+  // By set rank: the engine thread's doorbell (control messages, the fast
+  // lane's log) and the one of whichever thread runs a collective, apart,
+  // so that a collective's syncs never wake an idle engine thread.
+  std::vector<Doorbell> bells_;
+  std::vector<Doorbell> data_bells_;
   PeerWatch peers_;
   std::optional<FastLane> lane_;  // after bells_, which it reads
 

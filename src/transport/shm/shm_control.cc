@@ -58,6 +58,9 @@ void ShmBackend::write_to_ring(int to, const uint8_t* bytes, size_t size, Clock:
     if (head - tail > capacity) throw PeerFailure(set_name_ + ": the control ring to " + peer + " is corrupt");
     const uint64_t space = capacity - (head - tail);
     if (space == 0) {
+      // The reader may be inside a collective, where only its data
+      // doorbell wakes it; it drains its rings between waits there.
+      data_bells_[to].ring();
       auto drained = [&] { return counter(base, field::kRingTail).load(std::memory_order_acquire) != tail; };
       auto idle = [&] {
         if (member_departed(to) || peers_.exited(to))
