@@ -8,7 +8,9 @@
 // then allgather through the slots (each member copies the slices the
 // others own, reduces its own slice and copies it to its slot, then copies
 // the others' reduced slices out), in chunks of a 1 MiB slot, with two slot
-// buffers used in turn, as src/transport/shm/shm_collectives.cc does. On a shared virtual machine
+// buffers used in turn, and chunks of 32 KiB or more taking turns at the
+// positions of a slot that fit them, as src/transport/shm/shm_collectives.cc
+// does. On a shared virtual machine
 // this floor itself moves several-fold from minute to minute, so the
 // Python benchmark runs it beside the peers it compares.
 //
@@ -39,6 +41,8 @@ constexpr size_t kLine = 128;
 constexpr size_t kMaxRanks = 16;
 constexpr size_t kSmallBytes = 64 * 1024;  // as ShmTuning::small_bytes
 constexpr size_t kSlotBytes = 1 << 20;     // as hora's default slot (HORA_SHM_SLOT_BYTES)
+constexpr size_t kTurnsFrom = 32 * 1024;    // as ShmBackend::kTurnsFrom
+constexpr size_t kTurnAlign = 4096;
 
 int iterations(size_t bytes) { return bytes <= (16 << 10) ? 2000 : bytes <= (4 << 20) ? 60 : 8; }
 
@@ -70,7 +74,7 @@ class Member {
   }
 
   float* slot(int member, int buffer) {
-    return reinterpret_cast<float*>(slots_ + (static_cast<size_t>(buffer) * size_ + member) * slot_bytes_);
+    return reinterpret_cast<float*>(slots_ + (static_cast<size_t>(buffer) * size_ + member) * slot_bytes_ + at_);
   }
 
   // In chunks of at most a slot, as hora moves messages larger than one.
@@ -79,8 +83,17 @@ class Member {
     for (size_t done = 0; done < count; done += per_chunk) allreduce_chunk(data + done, std::min(per_chunk, count - done));
   }
 
+  // Where the chunk-th chunk of `bytes` goes in its slot (ShmBackend::turn_position).
+  size_t turn_position(size_t bytes, uint64_t chunk) const {
+    if (bytes < kTurnsFrom) return 0;
+    const size_t span = (bytes + kTurnAlign - 1) / kTurnAlign * kTurnAlign;
+    const size_t positions = slot_bytes_ / span;
+    return positions <= 1 ? 0 : (chunk / 2) % positions * span;
+  }
   void allreduce_chunk(float* data, size_t count) {
-    const int buffer = static_cast<int>(ops_++ % 2);
+    const uint64_t chunk = ops_++;
+    const int buffer = static_cast<int>(chunk % 2);
+    at_ = turn_position(count * 4, chunk);
     if (count * 4 <= kSmallBytes) {
       std::memcpy(slot(rank_, buffer), data, count * 4);
       sync();
@@ -119,6 +132,7 @@ class Member {
   size_t slot_bytes_;
   int rank_, size_;
   uint64_t phase_ = 0, ops_ = 0;
+  size_t at_ = 0;  // the current chunk's position in the slots
 };
 
 void run_member(Shared* shared, uint8_t* slots, size_t slot_bytes, int rank, int size,

@@ -158,6 +158,41 @@ TEST(ShmProcesses, AllreduceEveryOpAndDtype) {
   expect_segment_unlinked(dir.path(), "set");
 }
 
+// Chunks of 32 KiB or more take turns at the positions of a slot that fit
+// them; every op here has new values, in sizes that fit the 128 KiB slots
+// 1 to 3 times (one-sync and reduce-scatter paths, a chunked message whose
+// last chunk is short), mixed with broadcasts that use the slots' start,
+// so a member that read a stale position or overwrote one still being read
+// gets a wrong sum.
+TEST(ShmProcesses, AllreduceChunksTakingTurnsNeverReadStaleData) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank, kTimeout, ShmOptions{true, 128 << 10, ""});
+    const size_t counts[] = {8'192, 10'000, 30'000, 12'345, 40'001, 9'000, 16'384};
+    for (int step = 0; step < 60; ++step) {
+      const size_t count = counts[step % 7];
+      std::vector<float> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank * 1000 + step * 7 + i % 13);
+      b->allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>(3000 + 3 * (step * 7 + i % 13));  // ranks 0, 1, 2
+        if (v[i] != want)
+          throw std::runtime_error("step " + std::to_string(step) + " count " + std::to_string(count) + " element " +
+                                   std::to_string(i) + ": got " + std::to_string(v[i]) + ", expected " +
+                                   std::to_string(want));
+      }
+      if (step % 5 == 4) {
+        std::vector<int32_t> w(9'000, rank == 1 ? step : -1);
+        b->broadcast(w.data(), w.size() * sizeof(int32_t), 1);
+        if (w.front() != step || w.back() != step) throw std::runtime_error("broadcast at step " + std::to_string(step));
+      }
+    }
+    b->barrier();
+  }, milliseconds(120'000));
+  expect_all_ok(outcomes);
+}
+
 TEST(ShmProcesses, AllgatherBroadcastAlltoallAndBarrier) {
   test_support::TemporaryDirectory dir;
   const int n = 3;

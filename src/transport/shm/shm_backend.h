@@ -114,7 +114,15 @@ class ShmBackend final : public Backend {
 
   // Collectives by chunk (shm_collectives.cc).
   void allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op);
-  void reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer);
+  void reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer, size_t at);
+  // Allreduce chunks of kTurnsFrom bytes or more take turns at the
+  // positions of a slot that fit them (shm_collectives.cc says why).
+  static constexpr size_t kTurnsFrom = 32 * 1024;
+  static constexpr size_t kTurnAlign = 4096;
+  // Where in its slot the chunk-th chunk, of `bytes`, goes; and how much
+  // of its slots an allreduce whose chunks are `bytes` long uses.
+  size_t turn_position(size_t bytes, uint64_t chunk) const;
+  size_t turns_extent(size_t bytes) const;
 
   // Control plane (shm_control.cc).
   uint8_t* ring(int member, bool upward) const;
