@@ -20,7 +20,7 @@ constexpr size_t kAbortReasonBytes = 480;
 // The fast lane's table rows (response-cache slots it serves) and log
 // entries (a ring; a power of two).
 constexpr uint64_t kLaneRows = 1024;
-constexpr uint64_t kLaneLogEntries = 16384;
+constexpr uint64_t kLaneLogEntries = 4096;
 constexpr uint64_t kLaneBytes = 2 * kLine + 8 * (kLaneRows + kLaneLogEntries);
 
 // Where each part of a segment lives, as byte offsets from its start:

@@ -372,7 +372,7 @@ class ShmBackendFactory final : public BackendFactory {
 
   shm::ShmTuning tuning(size_t members) const {
     shm::ShmTuning tuning;
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);  // a file read each time; once is enough
     // More members (or ranks of the job on this host) than cores: a
     // spinning waiter takes the core its peer needs.
     const size_t busy = std::max(members, static_cast<size_t>(std::max(options_.host_ranks, 0)));
