@@ -109,11 +109,11 @@ std::string ProgressEngine::await_verdict(SetFailure failure) {
 std::optional<std::string> ProgressEngine::receive_verdict(const SetFailure& failure, std::string& missed) {
   const std::string coordinator_name = "the coordinator (global rank " + std::to_string(options_.global_ranks[0]) + ")";
   const std::string closed = "then the control connection to " + coordinator_name + " closed";
-  if (!send_quietly(0, encode(FailureMessage{FailureMessage::Stage::kReport, {}, failure.reason}))) {
-    missed = closed;
-    return std::nullopt;
-  }
-  bool answered = failure.coordinator_answered || !failure.waited_out;
+  // A coordinator that cannot be reached any more may have sent its
+  // verdict before it went: what it sent is read before its link's
+  // closure, so the wait below returns that verdict, or the closure.
+  const bool reported = send_quietly(0, encode(FailureMessage{FailureMessage::Stage::kReport, {}, failure.reason}));
+  bool answered = reported && (failure.coordinator_answered || !failure.waited_out);
   milliseconds wait = answered ? verdict_wait(options_.timeout) : coordinator_grace(options_.timeout);
   auto deadline = Clock::now() + wait;
   while (!stopping_ && Clock::now() < deadline) {
@@ -141,8 +141,9 @@ std::optional<std::string> ProgressEngine::receive_verdict(const SetFailure& fai
       // Keep waiting for a verdict that decodes.
     }
   }
-  missed = coordinator_name + (answered ? " gave no verdict within " : " did not answer within ") +
-           std::to_string(wait.count()) + " ms";
+  missed = !reported ? closed
+                     : coordinator_name + (answered ? " gave no verdict within " : " did not answer within ") +
+                           std::to_string(wait.count()) + " ms";
   return std::nullopt;
 }
 
