@@ -146,9 +146,11 @@ def test_sets_are_remade_by_spec_and_only_the_broken_task_rolls_back(tmp_path):
     # The odd task lost a member at its step 8: back to its commit of 8 steps.
     assert done["127.0.0.1:1"]["rounds"][1]["from_step"] == 8
     assert done["127.0.0.1:1"]["weights"] == pytest.approx(task_reference(1, [2] * 8 + [1] * 12), abs=1e-5)
-    # The even task lost nobody: it went on from where it was, no step lost or repeated.
+    # The even task lost nobody: both its workers went on from the same step,
+    # wherever the task was when the odd worker died (the tasks run at their
+    # own pace), no step lost or repeated.
     even_from = done["127.0.0.1:0"]["rounds"][1]["from_step"]
-    assert even_from >= 8 and done["127.0.0.1:2"]["rounds"][1]["from_step"] == even_from
+    assert even_from >= 1 and done["127.0.0.1:2"]["rounds"][1]["from_step"] == even_from
     for worker in ("127.0.0.1:0", "127.0.0.1:2"):
         assert done[worker]["weights"] == pytest.approx(task_reference(0, [2] * 20), abs=1e-5)
 
