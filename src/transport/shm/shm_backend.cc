@@ -138,10 +138,15 @@ void ShmBackend::check_data_plane(uint64_t phase) {
   const auto now = Clock::now();
   const bool look_at_processes = now >= next_liveness_check_;
   if (look_at_processes) next_liveness_check_ = now + kLivenessInterval;
+  // Gone first, progress second: a member publishes its progress before it
+  // departs or exits, so one seen gone whose progress then reaches `phase`
+  // left after this phase (read the other way round, a member that
+  // finished the phase and left in between would be called missing).
   std::vector<int> gone;
   for (int r = 0; r < size(); ++r) {
-    if (r == rank_ || progress_of(r) >= phase) continue;
-    if (look_at_processes ? member_gone(r) : (seen_gone_[r] || member_departed(r))) gone.push_back(r);
+    if (r == rank_) continue;
+    const bool left = look_at_processes ? member_gone(r) : (seen_gone_[r] || member_departed(r));
+    if (left && progress_of(r) < phase) gone.push_back(r);
   }
   if (!gone.empty()) throw PeerFailure(name_members(gone) + " left the process set (exited or closed it)");
 }
