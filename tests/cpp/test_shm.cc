@@ -470,6 +470,41 @@ TEST(ShmChoice, OneMemberWithSharedMemoryOffTurnsItOffForTheSet) {
   EXPECT_EQ(chosen, std::vector<bool>(3, false));
 }
 
+// A member that attached, had nothing to do and left before set rank 0
+// looked at the segment did attach: set rank 0 gets its backend at once
+// (not a Timeout at the end of its wait), and its first op names the member
+// that left.
+TEST(ShmChoice, AMemberThatAttachedAndLeftBeforeSetRankZeroLookedCountsAsAttached) {
+  auto f0 = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{});
+  auto f1 = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{});
+  {
+    // A first set teaches both factories each other's host, so that set
+    // rank 0 makes the next set's segment ahead, in prepare().
+    auto store = make_hash_store();
+    std::unique_ptr<Backend> b1;
+    std::thread other([&] { b1 = f1->create({0, 1}, 1, store, kTimeout); });
+    auto b0 = f0->create({0, 1}, 0, store, kTimeout);
+    other.join();
+  }
+  auto store = make_hash_store();
+  std::shared_ptr<void> head = f0->prepare({0, 1}, 0, store);
+  ASSERT_NE(head, nullptr);
+  auto gone = f1->create({0, 1}, 1, store, kTimeout);
+  ASSERT_TRUE(shm::is_shm_backend(*gone));
+  gone.reset();  // leaves the set before set rank 0 has looked
+
+  const auto start = Clock::now();
+  auto b = f0->create({0, 1}, 0, store, milliseconds(5'000));
+  EXPECT_LT(Clock::now() - start, milliseconds(2'000));
+  ASSERT_TRUE(shm::is_shm_backend(*b));
+  try {
+    b->barrier();
+    ADD_FAILURE() << "a barrier with a member that left completed";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("global rank(s) [1] (pid " + std::to_string(getpid()) + ") left the process set"), std::string::npos) << e.what();
+  }
+}
+
 // Slots of 16 GiB for 3 members need 96 GiB: more than /dev/shm has here,
 // so the set falls back to the network path (with one warning).
 TEST(ShmChoice, SegmentLargerThanDevShmFallsBackToTheNetwork) {

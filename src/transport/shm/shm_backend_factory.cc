@@ -324,17 +324,21 @@ class ShmBackendFactory final : public BackendFactory {
     const auto give_up = std::chrono::steady_clock::now() + milliseconds(50);
     for (;;) {
       bool all = true;
-      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) all = attached(segment, static_cast<int>(r));
+      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) all = has_attached(segment, static_cast<int>(r));
       if (all) return true;
       if (cancelled || std::chrono::steady_clock::now() >= give_up) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
-  static bool attached(const Segment& segment, int member) {
+  // Whether `member` attached, even if it has left since: a member that
+  // made its set, had nothing to do and shut down before this one looked
+  // did attach (the set then sees it gone at the first op), and waiting for
+  // it to attach again would hold this member's init for the whole timeout.
+  static bool has_attached(const Segment& segment, int member) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
     return std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
-               .load(std::memory_order_acquire) == shm::kAttached;
+               .load(std::memory_order_acquire) != shm::kAbsent;
   }
 
   static std::string refusal_key(int member) { return "shm/refused/" + std::to_string(member); }
@@ -347,7 +351,7 @@ class ShmBackendFactory final : public BackendFactory {
                                         const std::vector<int>& global_ranks) const {
     const auto give_up = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      if (attached(segment, member)) return std::nullopt;
+      if (has_attached(segment, member)) return std::nullopt;
       try {
         const std::vector<uint8_t> refusal = store.get(refusal_key(member), milliseconds(10));
         return text_of(refusal);

@@ -6,8 +6,9 @@ each rank's HORA_METRICS_PORT endpoint.
 Set 1 = [0, 1] runs ALLREDUCES allreduces of ALLREDUCE_BYTES bytes named
 "grad"; the global set runs BROADCASTS broadcasts of BROADCAST_BYTES bytes.
 Each rank then writes OUTDIR/ready.<rank> (the port it serves on) and waits
-for OUTDIR/go, prints ``RESULT <json>`` (hvd.metrics() of its sets, the
-same moment the test scraped), shuts down and says whether its port still
+for OUTDIR/go, takes hvd.metrics() of its sets (the same moment the test
+scraped), waits until every rank has (OUTDIR/read.<rank>), shuts down and
+prints ``RESULT <json>`` with those metrics and whether its port still
 answers.
 """
 
@@ -42,6 +43,13 @@ while not os.path.exists(os.path.join(outdir, "go")) and time.monotonic() < dead
     time.sleep(0.05)
 
 metrics = {str(set_id): found for set_id, found in hvd.metrics().items()}
+# Every rank reads its metrics before any shuts down: a rank that has left
+# breaks the sets it was in, and the page was scraped before that.
+open(os.path.join(outdir, f"read.{hvd.rank()}"), "w").close()
+deadline = time.monotonic() + 60
+while (not all(os.path.exists(os.path.join(outdir, f"read.{r}")) for r in range(hvd.size()))
+       and time.monotonic() < deadline):
+    time.sleep(0.01)
 hvd.shutdown()
 with socket.socket() as probe:
     answers = probe.connect_ex(("127.0.0.1", port)) == 0
