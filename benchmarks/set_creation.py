@@ -14,7 +14,8 @@ mpirun; left out when mpirun or mpi4py is missing). Each peer is its own
 job. In every repeat all ranks meet at a world barrier, then the members of
 the new set make it (hora: add_process_set; torch: new_group; MPI:
 Comm.Create_group) and run one 4-byte allreduce in it; non-members call
-nothing. Two sets are timed, each in a job of its own: "pair", ranks
+nothing. The time ends with that allreduce: hora then removes the set and
+MPI frees the communicator, untimed. Two sets are timed, each in a job of its own: "pair", ranks
 [0, 1], and "all", every rank. The first repeat is a warm-up and not
 counted.
 
@@ -40,16 +41,17 @@ def members_of(kind, size):
 
 def timed_repeats(repeats, barrier, make_and_use):
     """{"make": [...], "total": [...]} in seconds; make_and_use() returns
-    the seconds its making step took, or None on a non-member."""
+    (when its making step ended, when its first allreduce ended) as
+    time.perf_counter() values, or None on a non-member. What it does after
+    the allreduce (removing or freeing the set) is not timed."""
     made, total = [], []
     for repeat in range(repeats + 1):
         barrier()
         start = time.perf_counter()
-        make_seconds = make_and_use(repeat)
-        end = time.perf_counter()
-        if make_seconds is not None and repeat > 0:
-            made.append(make_seconds)
-            total.append(end - start)
+        ends = make_and_use(repeat)
+        if ends is not None and repeat > 0:
+            made.append(ends[0] - start)
+            total.append(ends[1] - start)
     return {"make": made, "total": total}
 
 
@@ -65,12 +67,12 @@ def worker_hora(kind, repeats):
     def make_and_use(_repeat):
         if hvd.rank() not in members:
             return None
-        start = time.perf_counter()
         process_set = hvd.add_process_set(members)
-        made = time.perf_counter() - start
+        made = time.perf_counter()
         hvd.allreduce_(buffer, op=hvd.Sum, name="first", process_set=process_set)
+        used = time.perf_counter()
         hvd.remove_process_set(process_set)
-        return made
+        return made, used
 
     result = timed_repeats(repeats, lambda: hvd.barrier(), make_and_use)
     hvd.shutdown()
@@ -90,12 +92,12 @@ def worker_torch(kind, repeats, port):
     def make_and_use(_repeat):
         if rank not in members:
             return None
-        start = time.perf_counter()
         group = dist.new_group(members, use_local_synchronization=True)
-        made = time.perf_counter() - start
+        made = time.perf_counter()
         dist.all_reduce(buffer, group=group)
+        used = time.perf_counter()
         groups.append(group)   # destroying one and making the next over the same ranks hangs
-        return made
+        return made, used
 
     result = timed_repeats(repeats, dist.barrier, make_and_use)
     dist.destroy_process_group()
@@ -114,12 +116,12 @@ def worker_mpi4py(kind, repeats):
     def make_and_use(repeat):
         if world.Get_rank() not in members:
             return None
-        start = time.perf_counter()
         comm = world.Create_group(group, tag=repeat)
-        made = time.perf_counter() - start
+        made = time.perf_counter()
         comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        used = time.perf_counter()
         comm.Free()
-        return made
+        return made, used
 
     result = timed_repeats(repeats, world.Barrier, make_and_use)
     group.Free()

@@ -107,8 +107,13 @@ class Runtime {
 
  private:
   Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets);
-  void create_set(const ProcessSet& set);
+  // Starts `set`'s engine, which connects it over `set_store` (by default
+  // the set's prefix of the job's store), picking up `head_start` (what the
+  // factory prepared for it already) if any.
+  void create_set(const ProcessSet& set, std::shared_ptr<Store> set_store = nullptr,
+                  std::shared_ptr<void> head_start = nullptr);
   std::shared_ptr<ProgressEngine> engine(int32_t id) const;
+  std::shared_ptr<Store> set_store_of(int32_t id) const;
 
   RuntimeConfig config_;
   std::shared_ptr<Store> store_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,13 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Blocks until every key exists.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // The value of `key` if this store can give it without a round trip (a
+  // view that keeps copies), else nothing; never blocks. Most stores hold
+  // nothing.
+  virtual std::optional<std::vector<uint8_t>> held(const std::string& key) {
+    (void)key;
+    return std::nullopt;
+  }
 };
 
 // A value that a peer stored as a decimal integer (an id, a tag) read back

@@ -46,14 +46,22 @@ std::string process_set_id_key(const std::vector<int>& ranks, SetOrigin origin, 
          std::to_string(generation);
 }
 
+// The record: the id in decimal, then, when something is carried, a newline
+// and the carried entries (encode_store_entries).
 void publish_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
-                            int32_t id) {
-  std::string text = std::to_string(id);
-  store.post(process_set_id_key(ranks, origin, generation), std::vector<uint8_t>(text.begin(), text.end()));
+                            int32_t id, const StoreEntries& carried) {
+  const std::string text = std::to_string(id);
+  std::vector<uint8_t> record(text.begin(), text.end());
+  if (!carried.empty()) {
+    record.push_back('\n');
+    const std::vector<uint8_t> entries = encode_store_entries(carried);
+    record.insert(record.end(), entries.begin(), entries.end());
+  }
+  store.post(process_set_id_key(ranks, origin, generation), record);
 }
 
-int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
-                                 std::chrono::milliseconds timeout) {
+PublishedSet published_process_set(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
+                                   std::chrono::milliseconds timeout) {
   std::string key = process_set_id_key(ranks, origin, generation);
   std::vector<uint8_t> value;
   try {
@@ -64,7 +72,17 @@ int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, Se
                   ", within " + std::to_string(timeout.count()) +
                   " ms: did every member call add_process_set for it?");
   }
-  return stored_int32(value, key);
+  const auto newline = std::find(value.begin(), value.end(), uint8_t{'\n'});
+  PublishedSet published;
+  published.id = stored_int32(std::vector<uint8_t>(value.begin(), newline), key);
+  if (newline != value.end()) {
+    try {
+      published.carried = decode_store_entries(std::vector<uint8_t>(newline + 1, value.end()));
+    } catch (const Internal& e) {
+      throw Internal("rendezvous key '" + key + "': " + e.what() + ": the store is shared with another job, or corrupt");
+    }
+  }
+  return published;
 }
 
 }  // namespace hora

@@ -22,6 +22,7 @@
 
 #include "hora/process_set.h"
 #include "hora/store.h"
+#include "store/carried_store.h"
 
 namespace hora {
 
@@ -40,14 +41,26 @@ int32_t dynamic_process_set_id(int32_t first_dynamic_id, int world_size, int low
 // `ranks` (sorted) publishes its id.
 std::string process_set_id_key(const std::vector<int>& ranks, SetOrigin origin, int generation);
 
-// The lowest member: publishes `id` for the other members and non-members.
+// The lowest member: publishes `id` for the other members and non-members,
+// with what it wrote to the set's own store while preparing it (`carried`,
+// see store/carried_store.h), in one record.
 void publish_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
-                            int32_t id);
+                            int32_t id, const StoreEntries& carried = {});
 
-// Anyone: the id the lowest member published for the `generation`-th set
-// over `ranks`, waiting up to `timeout` for it. Throws Timeout naming the set
-// and its lowest rank when it is not published in time.
-int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
-                                 std::chrono::milliseconds timeout);
+struct PublishedSet {
+  int32_t id = -1;
+  StoreEntries carried;
+};
+
+// Anyone: what the lowest member published for the `generation`-th set over
+// `ranks`, waiting up to `timeout` for it. Throws Timeout naming the set and
+// its lowest rank when it is not published in time, Internal when the
+// record is malformed.
+PublishedSet published_process_set(Store& store, const std::vector<int>& ranks, SetOrigin origin, int generation,
+                                   std::chrono::milliseconds timeout);
+inline int32_t published_process_set_id(Store& store, const std::vector<int>& ranks, SetOrigin origin,
+                                        int generation, std::chrono::milliseconds timeout) {
+  return published_process_set(store, ranks, origin, generation, timeout).id;
+}
 
 }  // namespace hora

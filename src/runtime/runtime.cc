@@ -8,6 +8,7 @@
 #include "runtime/op_validation.h"
 #include "runtime/progress_engine.h"
 #include "runtime/set_presence.h"
+#include "store/carried_store.h"
 #include "telemetry/timeline.h"
 #include "transport/backend.h"
 #include "transport/registry.h"
@@ -65,17 +66,25 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
 
 Runtime::~Runtime() { shutdown(); }
 
-void Runtime::create_set(const ProcessSet& set) {
+std::shared_ptr<Store> Runtime::set_store_of(int32_t id) const {
+  return make_prefix_store("process_set." + std::to_string(id), store_);
+}
+
+void Runtime::create_set(const ProcessSet& set, std::shared_ptr<Store> set_store, std::shared_ptr<void> head_start) {
   auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
-  auto set_store = make_prefix_store("process_set." + std::to_string(set.id), store_);
+  if (!set_store) set_store = set_store_of(set.id);
   BackendFactory* factory = factory_.get();
   PresenceOptions presence{timeout, std::chrono::milliseconds{0}};
   if (config_.stall_warning_time.count() > 0) presence.warning_time = std::min(kAbsenceWarningTime, config_.stall_warning_time);
-  auto connect = [factory, set, set_store, job_store = store_, presence,
-                  my_rank = config_.rank](const std::atomic<bool>& cancelled) {
-    std::shared_ptr<void> head_start;  // what the factory does while the others arrive
-    await_members(*set_store, *job_store, set, presence, cancelled,
-                  [&] { head_start = factory->prepare(set.ranks, my_rank, set_store); });
+  auto connect = [factory, set, set_store, job_store = store_, presence, head_start,
+                  my_rank = config_.rank](const std::atomic<bool>& cancelled) mutable {
+    // What the factory does while the others arrive, unless done already.
+    await_members(
+        *set_store, *job_store, set, presence, cancelled,
+        [&] {
+          if (!head_start) head_start = factory->prepare(set.ranks, my_rank, set_store);
+        },
+        [&] { return factory->members_arrived(head_start); });
     return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
@@ -95,15 +104,27 @@ ProcessSet Runtime::add_process_set(std::vector<int> ranks, SetOrigin origin) {
   ProcessSet set = make_set(-1, ranks, config_.rank);
   set.generation = table_->next_generation(ranks, origin);
   if (!set.included()) return set;
+  // The lowest member prepares the set (the shared-memory factory makes its
+  // segment) and announces itself before publishing the id: what it wrote
+  // meanwhile travels with the id, so that the others need no further
+  // round trip to the store to connect.
+  std::shared_ptr<CarriedStore> set_store;
+  std::shared_ptr<void> head_start;
   if (config_.rank == ranks.front()) {
     set.id = dynamic_process_set_id(first_dynamic_id_, config_.size, config_.rank,
                                     table_->next_lowest_member_sequence());
-    publish_process_set_id(*store_, ranks, origin, set.generation, set.id);
+    set_store = std::make_shared<CarriedStore>(set_store_of(set.id));
+    announce_presence(*set_store, config_.rank);
+    head_start = factory_->prepare(set.ranks, config_.rank, set_store);
+    publish_process_set_id(*store_, ranks, origin, set.generation, set.id, set_store->written());
   } else {
-    set.id = published_process_set_id(*store_, ranks, origin, set.generation, config_.timeout);
+    PublishedSet published = published_process_set(*store_, ranks, origin, set.generation, config_.timeout);
+    set.id = published.id;
+    set_store = std::make_shared<CarriedStore>(set_store_of(set.id));
+    set_store->keep(published.carried);
   }
   table_->insert(set);
-  create_set(set);
+  create_set(set, set_store, std::move(head_start));
   return set;
 }
 

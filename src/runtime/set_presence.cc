@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hora/errors.h"
@@ -15,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kPollSlice{100};
+constexpr milliseconds kArrivalWatch{10};
 
 std::string presence_key(int global_rank) { return "present." + std::to_string(global_rank); }
 
@@ -60,15 +62,32 @@ std::vector<int> absent_members(Store& set_store, const ProcessSet& set) {
   return absent;
 }
 
+// Watches `arrived` for up to kArrivalWatch, sleeping 10 us, then
+// longer (an idle rank must not take a core from the others).
+bool watch_arrival(const std::function<bool()>& arrived, const std::atomic<bool>& cancelled) {
+  const auto give_up = Clock::now() + kArrivalWatch;
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
+    if (arrived()) return true;
+    if (cancelled || Clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(500));
+  }
+}
+
 }  // namespace
+
+void announce_presence(Store& set_store, int global_rank) { set_store.post(presence_key(global_rank), {'1'}); }
 
 std::string launcher_process_key(int global_rank) { return "hora.process." + std::to_string(global_rank); }
 
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
-                   const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile) {
+                   const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile,
+                   const std::function<bool()>& arrived) {
   const int me = set.ranks.at(static_cast<size_t>(set.rank));
-  set_store.post(presence_key(me), {'1'});
+  announce_presence(set_store, me);
   if (meanwhile) meanwhile();
+  if (arrived && watch_arrival(arrived, cancelled)) return;
   std::vector<std::string> keys;
   for (int rank : set.ranks) keys.push_back(presence_key(rank));
   const auto start = Clock::now();

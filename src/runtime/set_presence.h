@@ -28,9 +28,18 @@ struct PresenceOptions {
 // `set_store` is the set's own prefix of the job's store; `job_store`
 // holds what the launcher publishes about each rank's process (see
 // launcher_process_key). `meanwhile` (if any) runs once this member's
-// arrival is published, before it waits for the others.
+// arrival is published, before it waits for the others. `arrived` (if
+// any) tells without the store that every member is there (the transport
+// sees them): it is watched for a few milliseconds before the store is
+// asked, so that members arriving together meet without a round trip.
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
-                   const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile = {});
+                   const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile = {},
+                   const std::function<bool()>& arrived = {});
+
+// Publishes that `global_rank` has reached the set's creation (what
+// await_members does first; the lowest member of an added set does it
+// before publishing the set's id, so that its arrival travels with the id).
+void announce_presence(Store& set_store, int global_rank);
 
 // Where horarun says it watches the ranks' processes, and where it writes
 // how rank `global_rank`'s process ended ("exited with code 1", "killed by

@@ -95,14 +95,22 @@ class BackendFactory {
   virtual ~BackendFactory() = default;
   virtual std::string name() const = 0;
   // Work this member may do for a set before the others have arrived (the
-  // shared-memory factory makes the set's segment), which create() with the
-  // same set store then picks up. The result must outlive that create();
+  // shared-memory factory makes the set's segment on set rank 0, and maps
+  // it on the others when the set store holds its record already), which
+  // create() with the same set store then picks up. The result must outlive that create();
   // dropping it undoes the work if create() did not take it. The default
   // does nothing.
   virtual std::shared_ptr<void> prepare(const std::vector<int>& global_ranks, int my_global_rank,
                                         const std::shared_ptr<Store>& set_store) {
     (void)global_ranks, (void)my_global_rank, (void)set_store;
     return nullptr;
+  }
+  // Whether every member has arrived, as far as what prepare() returned
+  // shows without asking the store (the shared-memory factory: each member
+  // has attached the segment). Never blocks. The default knows nothing.
+  virtual bool members_arrived(const std::shared_ptr<void>& head_start) const {
+    (void)head_start;
+    return false;
   }
   virtual std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
                                           std::shared_ptr<Store> set_store,

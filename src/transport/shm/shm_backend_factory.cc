@@ -73,11 +73,13 @@ struct NameGuard {
 
 // What prepare() did for a set: published this member's host identity;
 // on set rank 0 of a set known to share this host, tried to make the
-// segment (`made`; a made segment's name is unlinked with the guard unless
-// create() takes it).
+// segment (`made`); on another member whose set store held the segment's
+// record (it came with the set's id), mapped it and marked itself attached
+// (`opened`). The name is unlinked with the guard unless create() takes it.
 struct HeadStart {
   bool made = false;
   bool ok = false;  // made, and the segment is usable
+  bool opened = false;
   Segment segment;
   NameGuard guard;
 };
@@ -110,11 +112,21 @@ class ShmBackendFactory final : public BackendFactory {
       head->made = true;
       head->ok = make_segment(static_cast<uint32_t>(global_ranks.size()), *set_store, head->guard, head->segment,
                               control::describe_set(global_ranks));
+    } else if (rank > 0 && one_host) {
+      open_ahead(*head, static_cast<uint32_t>(global_ranks.size()), rank, *set_store);
     }
     std::lock_guard<std::mutex> lock(identities_mutex_);
     std::erase_if(head_starts_, [](const auto& entry) { return entry.second.expired(); });  // sets never created
     head_starts_[set_store.get()] = head;
     return head;
+  }
+
+  bool members_arrived(const std::shared_ptr<void>& head_start) const override {
+    const auto* head = static_cast<const HeadStart*>(head_start.get());
+    if (!head || !((head->made && head->ok) || head->opened)) return false;
+    for (uint32_t r = 0; r < head->segment.layout().ranks; ++r)
+      if (!has_attached(head->segment, static_cast<int>(r))) return false;
+    return true;
   }
 
   using BackendFactory::create;
@@ -245,18 +257,16 @@ class ShmBackendFactory final : public BackendFactory {
       } else if (!make_segment(ranks, store, guard, segment, set_name)) {
         return std::nullopt;
       }
+    } else if (head && head->opened) {
+      segment = std::move(head->segment);
+      guard.name = std::exchange(head->guard.name, "");
     } else {
       // "ok <name> <bytes>" once made (the name is in kSegmentKey too, for
       // cleaning up after a set rank 0 that dies while making it).
       const std::string ready = get(store, kReadyKey, timeout, cancelled, global_ranks);
       if (ready.rfind("ok ", 0) != 0) return std::nullopt;
-      const std::string published = ready.substr(3);
-      const size_t space = published.find(' ');
-      guard.name = published.substr(0, space);
       try {
-        if (space == std::string::npos) throw Internal("shared memory: malformed segment record '" + published + "'");
-        segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
-        announce(segment, rank);
+        segment = open_made(ready, ranks, rank, guard);
       } catch (const std::exception& e) {
         // The others see that this member never attaches and read why here.
         store.set(refusal_key(rank), bytes_of(e.what()));
@@ -276,6 +286,33 @@ class ShmBackendFactory final : public BackendFactory {
       log_warning(set_name + ": a member could not use the shared-memory segment" + refusals + "; using the " +
                   network_->name() + " path");
     return std::nullopt;
+  }
+
+  // A member other than set rank 0 whose set store already holds the
+  // segment's record (no round trip) maps it and marks itself attached.
+  // Anything amiss is left for create(), which tries again and tells the
+  // others why it refuses.
+  static void open_ahead(HeadStart& head, uint32_t ranks, int rank, Store& store) {
+    const std::optional<std::vector<uint8_t>> held = store.held(kReadyKey);
+    if (!held || text_of(*held).rfind("ok ", 0) != 0) return;
+    try {
+      head.segment = open_made(text_of(*held), ranks, rank, head.guard);
+      head.opened = true;
+    } catch (const std::exception&) {
+      head.guard.name.clear();  // create() opens it again, and says why it refuses
+    }
+  }
+
+  // Maps the segment that set rank 0's record "ok <name> <bytes>" names
+  // (its name goes to `guard`) and marks `rank` attached.
+  static Segment open_made(const std::string& ready, uint32_t ranks, int rank, NameGuard& guard) {
+    const std::string published = ready.substr(3);
+    const size_t space = published.find(' ');
+    guard.name = published.substr(0, space);
+    if (space == std::string::npos) throw Internal("shared memory: malformed segment record '" + published + "'");
+    Segment segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
+    announce(segment, rank);
+    return segment;
   }
 
   // What prepare() did for the set whose store is `store`, if it ran.
