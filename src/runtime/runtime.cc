@@ -84,7 +84,7 @@ void Runtime::create_set(const ProcessSet& set, std::shared_ptr<Store> set_store
         [&] {
           if (!head_start) head_start = factory->prepare(set.ranks, my_rank, set_store);
         },
-        [&] { return factory->members_arrived(head_start); });
+        [&](std::chrono::milliseconds within) { return factory->await_arrival(head_start, within); });
     return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,

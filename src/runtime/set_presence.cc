@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "hora/errors.h"
@@ -62,19 +61,6 @@ std::vector<int> absent_members(Store& set_store, const ProcessSet& set) {
   return absent;
 }
 
-// Watches `arrived` for up to kArrivalWatch, sleeping 10 us, then
-// longer (an idle rank must not take a core from the others).
-bool watch_arrival(const std::function<bool()>& arrived, const std::atomic<bool>& cancelled) {
-  const auto give_up = Clock::now() + kArrivalWatch;
-  auto pause = std::chrono::microseconds(10);
-  for (;;) {
-    if (arrived()) return true;
-    if (cancelled || Clock::now() >= give_up) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(500));
-  }
-}
-
 }  // namespace
 
 void announce_presence(Store& set_store, int global_rank) { set_store.post(presence_key(global_rank), {'1'}); }
@@ -83,11 +69,11 @@ std::string launcher_process_key(int global_rank) { return "hora.process." + std
 
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
                    const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile,
-                   const std::function<bool()>& arrived) {
+                   const std::function<bool(milliseconds)>& arrived) {
   const int me = set.ranks.at(static_cast<size_t>(set.rank));
   announce_presence(set_store, me);
   if (meanwhile) meanwhile();
-  if (arrived && watch_arrival(arrived, cancelled)) return;
+  if (arrived && arrived(kArrivalWatch)) return;
   std::vector<std::string> keys;
   for (int rank : set.ranks) keys.push_back(presence_key(rank));
   const auto start = Clock::now();

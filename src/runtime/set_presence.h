@@ -29,12 +29,12 @@ struct PresenceOptions {
 // holds what the launcher publishes about each rank's process (see
 // launcher_process_key). `meanwhile` (if any) runs once this member's
 // arrival is published, before it waits for the others. `arrived` (if
-// any) tells without the store that every member is there (the transport
-// sees them): it is watched for a few milliseconds before the store is
-// asked, so that members arriving together meet without a round trip.
+// any) waits up to the time it is given for the transport to see every
+// member (true when it does): given 10 ms before the store is asked, so
+// that members arriving together meet without a round trip.
 void await_members(Store& set_store, Store& job_store, const ProcessSet& set, const PresenceOptions& options,
                    const std::atomic<bool>& cancelled, const std::function<void()>& meanwhile = {},
-                   const std::function<bool()>& arrived = {});
+                   const std::function<bool(std::chrono::milliseconds)>& arrived = {});
 
 // Publishes that `global_rank` has reached the set's creation (what
 // await_members does first; the lowest member of an added set does it

@@ -105,11 +105,12 @@ class BackendFactory {
     (void)global_ranks, (void)my_global_rank, (void)set_store;
     return nullptr;
   }
-  // Whether every member has arrived, as far as what prepare() returned
-  // shows without asking the store (the shared-memory factory: each member
-  // has attached the segment). Never blocks. The default knows nothing.
-  virtual bool members_arrived(const std::shared_ptr<void>& head_start) const {
-    (void)head_start;
+  // Waits up to `within` for every member to arrive, as far as what
+  // prepare() returned shows without asking the store (the shared-memory
+  // factory: each member has attached the segment). False when they have
+  // not, or when it cannot tell (the default, at once).
+  virtual bool await_arrival(const std::shared_ptr<void>& head_start, std::chrono::milliseconds within) const {
+    (void)head_start, (void)within;
     return false;
   }
   virtual std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,

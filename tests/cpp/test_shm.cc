@@ -505,6 +505,49 @@ TEST(ShmChoice, AMemberThatAttachedAndLeftBeforeSetRankZeroLookedCountsAsAttache
   }
 }
 
+// Set rank 0 sees its members arrive in the segment it made ahead: true
+// once every member has attached (one attaching while it waits), false
+// when one has not within the time given; nothing to wait on without a
+// head start.
+TEST(ShmChoice, SetRankZeroSeesItsMembersArriveInTheSegment) {
+  std::vector<std::unique_ptr<BackendFactory>> factories;
+  for (int r = 0; r < 3; ++r) factories.push_back(make_shm_backend_factory(make_local_backend_factory(), ShmOptions{}));
+  {
+    // A first set teaches every factory the others' host.
+    auto store = make_hash_store();
+    std::vector<std::unique_ptr<Backend>> made(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) threads.emplace_back([&, r] { made[r] = factories[r]->create({0, 1, 2}, r, store, kTimeout); });
+    for (auto& t : threads) t.join();
+  }
+  auto store = make_hash_store();
+  std::shared_ptr<void> head = factories[0]->prepare({0, 1, 2}, 0, store);
+  EXPECT_FALSE(factories[0]->await_arrival(nullptr, milliseconds(50)));
+  EXPECT_FALSE(factories[0]->await_arrival(head, milliseconds(50)));  // nobody else yet
+  std::unique_ptr<Backend> b1, b2;
+  std::thread first([&] { b1 = factories[1]->create({0, 1, 2}, 1, store, kTimeout); });
+  EXPECT_FALSE(factories[0]->await_arrival(head, milliseconds(50)));  // rank 2 has not come
+  std::thread second([&] {
+    std::this_thread::sleep_for(milliseconds(20));
+    b2 = factories[2]->create({0, 1, 2}, 2, store, kTimeout);
+  });
+  EXPECT_TRUE(factories[0]->await_arrival(head, milliseconds(10'000)));
+  auto b0 = factories[0]->create({0, 1, 2}, 0, store, kTimeout);
+  first.join();
+  second.join();
+  std::vector<std::thread> threads;
+  std::vector<Backend*> all{b0.get(), b1.get(), b2.get()};
+  std::vector<int64_t> sums(3);
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      sums[r] = r + 1;
+      all[r]->allreduce(&sums[r], 1, DataType::kInt64, ReduceOp::kSum);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sums, (std::vector<int64_t>{6, 6, 6}));
+}
+
 // Slots of 16 GiB for 3 members need 96 GiB: more than /dev/shm has here,
 // so the set falls back to the network path (with one warning).
 TEST(ShmChoice, SegmentLargerThanDevShmFallsBackToTheNetwork) {

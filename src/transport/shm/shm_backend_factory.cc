@@ -20,6 +20,7 @@
 #include "transport/backend.h"
 #include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/shm_backend.h"
+#include "transport/shm/sync.h"
 #include "util/log.h"
 
 namespace hora {
@@ -80,6 +81,7 @@ struct HeadStart {
   bool made = false;
   bool ok = false;  // made, and the segment is usable
   bool opened = false;
+  int rank = 0;  // this member's set rank
   Segment segment;
   NameGuard guard;
 };
@@ -104,6 +106,7 @@ class ShmBackendFactory final : public BackendFactory {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     publish_identity(global_ranks, rank, *set_store);
     auto head = std::make_shared<HeadStart>();
+    head->rank = rank;
     const std::vector<std::string> identities = known_identities(global_ranks);
     const bool one_host = !identities.empty() && options_.enabled &&
                           std::all_of(identities.begin(), identities.end(),
@@ -121,12 +124,21 @@ class ShmBackendFactory final : public BackendFactory {
     return head;
   }
 
-  bool members_arrived(const std::shared_ptr<void>& head_start) const override {
+  // Sleeps on this member's doorbell, which each member rings as it
+  // attaches (announce()).
+  bool await_arrival(const std::shared_ptr<void>& head_start, milliseconds within) const override {
     const auto* head = static_cast<const HeadStart*>(head_start.get());
     if (!head || !((head->made && head->ok) || head->opened)) return false;
-    for (uint32_t r = 0; r < head->segment.layout().ranks; ++r)
-      if (!has_attached(head->segment, static_cast<int>(r))) return false;
-    return true;
+    const Segment& segment = head->segment;
+    const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(head->rank));
+    const shm::Doorbell bell(segment.field_at<uint32_t>(area + shm::field::kBell),
+                             segment.field_at<uint32_t>(area + shm::field::kSleepers));
+    auto all = [&] {
+      for (uint32_t r = 0; r < segment.layout().ranks; ++r)
+        if (!has_attached(segment, static_cast<int>(r))) return false;
+      return true;
+    };
+    return bell.wait(all, [] {}, std::chrono::steady_clock::now() + within, std::chrono::nanoseconds(0));
   }
 
   using BackendFactory::create;
@@ -403,12 +415,20 @@ class ShmBackendFactory final : public BackendFactory {
     }
   }
 
-  // Publishes this member's pid and marks it attached.
+  // Publishes this member's pid, marks it attached and rings the others'
+  // doorbells (a member may be asleep in await_arrival()).
   static void announce(Segment& segment, int rank) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(rank));
     std::atomic_ref<int32_t>(*segment.field_at<int32_t>(area + shm::field::kPid)).store(getpid(), std::memory_order_release);
     std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
         .store(shm::kAttached, std::memory_order_release);
+    for (uint32_t r = 0; r < segment.layout().ranks; ++r) {
+      if (static_cast<int>(r) == rank) continue;
+      const uint64_t other = segment.layout().member_offset(r);
+      shm::Doorbell(segment.field_at<uint32_t>(other + shm::field::kBell),
+                    segment.field_at<uint32_t>(other + shm::field::kSleepers))
+          .ring();
+    }
   }
 
   shm::ShmTuning tuning(size_t members) const {
