@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from hora.common import elastic as worker_side
 from hora.runner import env as rank_env
 from hora.runner import hosts as host_list
+from hora.runner import processes
 from hora.runner.rendezvous import RendezvousServer
 
 DISCOVERY_INTERVAL_VARIABLE = "HORA_ELASTIC_DISCOVERY_INTERVAL"
@@ -176,16 +177,16 @@ class ProcessPool:
         return False
 
     def start(self, worker_id, host, number, variables):
-        args, launch = self.job.args, self.job.launch
+        args = self.job.args
         placement = host_list.RankPlacement(number, 0, host, 0, 1, 0, 1)
         if host_list.is_local(host):
             argv, environ, remote = args.command, rank_env.local_environment(variables), False
         else:
             script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables), args.command)
-            argv, environ, remote = launch.ssh_command(host, script, args), None, True
+            argv, environ, remote = processes.ssh_command(host, script, args), None, True
         handle = _ProcessHandle()
-        handle.process = launch.RankProcess(placement, argv, environ, _Relabel(self.job.exits, handle), remote,
-                                            lambda pid: None)
+        handle.process = processes.RankProcess(placement, argv, environ, _Relabel(self.job.exits, handle), remote,
+                                               lambda pid: None)
         return handle
 
     def close(self):
@@ -205,7 +206,7 @@ class _Relabel:
 
 
 class _ProcessHandle:
-    process = None   # its launch.RankProcess
+    process = None   # its processes.RankProcess
 
     def signal(self, signum):
         if self.process.popen.returncode is None:

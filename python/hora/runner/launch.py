@@ -11,9 +11,10 @@ rank that failed first, shows the end of its stderr, lists the ranks that
 failed because of it (failures.py) and exits with its status. With
 --keep-going the others run on (a failed rank breaks only the process sets
 that contain it); horarun then reports every rank's exit status as well.
-Unknown options, --help and --version: usage.py. At the end, horarun
-removes the shared-memory segments that the job recorded in its store and
-left on this machine (shm_leftovers.py). Ranks that share a host get
+Unknown options, --help and --version: usage.py. Each rank's process, its
+output forwarding and signals, and the watchdog: processes.py. At the end,
+horarun removes the shared-memory segments that the job recorded in its
+store and left on this machine (shm_leftovers.py). Ranks that share a host get
 OMP_NUM_THREADS=1 unless it is set (env.py).
 
 horarun tells the ranks, through its store, that it watches their processes
@@ -42,6 +43,7 @@ from hora.runner import monitor as job_monitor
 from hora.runner import mpi_run
 from hora.runner import shm_leftovers
 from hora.runner import usage
+from hora.runner.processes import RankProcess, Watchdog, print_own_lines, rank_output_dir, ssh_command
 from hora.runner.rendezvous import RendezvousServer
 
 # Seconds between SIGTERM and SIGKILL when horarun stops ranks.
@@ -257,166 +259,7 @@ def _outward_address(remote_host):
         return socket.gethostname()
 
 
-# Keeps the lines of different ranks whole on our stdout and stderr.
-_OUTPUT_LOCK = threading.Lock()
-
-
-def print_own_lines(lines):
-    """Prints horarun's own `lines` on stderr, each after 'horarun: ',
-    between the ranks' lines."""
-    with _OUTPUT_LOCK:
-        for line in lines:
-            print(f"horarun: {line}", file=sys.stderr)
-        sys.stderr.flush()
-
-
-class _OutputForwarder:
-    """Copies one stream of one rank to ours, line by line, with '[rank]:'
-    (after the time, with `timestamps`), unprefixed to `copy`, an open
-    binary file, when given, and into `tail` (a failures.StderrTail)."""
-
-    def __init__(self, rank, source, sink, copy=None, timestamps=False, tail=None):
-        self._prefix = f"[{rank}]:".encode()
-        self._source = source
-        # A text stream without a binary buffer (a notebook's) gets decoded lines.
-        self._sink = getattr(sink, "buffer", None)
-        self._text_sink = sink if self._sink is None else None
-        self._copy = copy
-        self._timestamps = timestamps
-        self._tail = tail
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"horarun-output-{rank}")
-        self.thread.start()
-
-    def _run(self):
-        for line in iter(self._source.readline, b""):
-            if not line.endswith(b"\n"):
-                line += b"\n"
-            if self._tail is not None:
-                self._tail.add(line, time.monotonic())
-            prefix = self._prefix
-            if self._timestamps:
-                prefix = time.strftime("%Y-%m-%d %H:%M:%S ").encode() + prefix
-            with _OUTPUT_LOCK:
-                try:
-                    if self._sink is not None:
-                        self._sink.write(prefix + line)
-                        self._sink.flush()
-                    else:
-                        self._text_sink.write((prefix + line).decode(errors="replace"))
-                        self._text_sink.flush()
-                except (OSError, ValueError):
-                    pass   # our own stream is gone; keep draining the rank
-            if self._copy is not None:
-                self._copy.write(line)
-                self._copy.flush()
-        self._source.close()
-        if self._copy is not None:
-            self._copy.close()
-
-
-class RankProcess:
-    """One rank: its process (or ssh session), output forwarders and waiter."""
-
-    def __init__(self, placement, argv, environ, exits, remote, on_start, output_dir=None,
-                 timestamps=False):
-        self.rank = placement.rank
-        self.remote = remote
-        self.stderr_tail = failures.StderrTail()
-        self.exited_at = None
-        self.signalled_at = None
-        copies = [None, None]
-        if output_dir is not None:
-            os.makedirs(output_dir, exist_ok=True)
-            copies = [open(os.path.join(output_dir, name), "wb") for name in ("stdout", "stderr")]
-        self.popen = subprocess.Popen(
-            argv, env=environ, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        # Before any of its output is forwarded: whoever sees the rank running
-        # can rely on it being watched.
-        on_start(self.popen.pid)
-        self.forwarders = [
-            _OutputForwarder(self.rank, self.popen.stdout, sys.stdout, copies[0], timestamps),
-            _OutputForwarder(self.rank, self.popen.stderr, sys.stderr, copies[1], timestamps,
-                             self.stderr_tail)]
-        threading.Thread(target=self._wait, args=(exits,), daemon=True,
-                         name=f"horarun-wait-{self.rank}").start()
-
-    def _wait(self, exits):
-        code = self.popen.wait()
-        self.exited_at = time.monotonic()
-        exits.put((self, code))
-
-    def outcome(self):
-        """The rank's failures.RankOutcome, once it has exited."""
-        return failures.RankOutcome(self.rank, self.popen.returncode, self.exited_at,
-                                    self.signalled_at, self.stderr_tail)
-
-    def send_signal(self, signum):
-        """Sends `signum` to the rank's process group (for a remote rank, to
-        ssh, and closing its stdin stops the remote command)."""
-        if self.signalled_at is None:
-            self.signalled_at = time.monotonic()
-        if self.remote and self.popen.stdin and signum in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                self.popen.stdin.close()
-            except OSError:
-                pass
-        try:
-            os.killpg(self.popen.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def join_output(self, timeout):
-        for forwarder in self.forwarders:
-            forwarder.thread.join(timeout)
-
-
-class _Watchdog:
-    """A helper process (watchdog.py) that stops the ranks if horarun itself
-    is killed; release() tells it that horarun ended normally."""
-
-    def __init__(self):
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watchdog.py")
-        self._process = subprocess.Popen(
-            [sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, text=True)
-
-    def watch(self, process_group):
-        self._send(f"{process_group}\n")
-
-    def release(self):
-        self._send("done\n")
-        try:
-            self._process.stdin.close()
-            self._process.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-    def _send(self, line):
-        try:
-            self._process.stdin.write(line)
-            self._process.stdin.flush()
-        except OSError:
-            pass   # the watchdog is gone; the job runs on without it
-
-
 describe_exit = failures.describe_exit
-
-
-def rank_output_dir(output_filename, rank, size):
-    """Horovod's layout: <dir>/rank.<rank, zero-padded to the width of size - 1>."""
-    return os.path.join(output_filename, f"rank.{str(rank).zfill(len(str(size - 1)))}")
-
-
-def ssh_command(host, script, args):
-    """The ssh command line that runs `script` on `host`."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}"]
-    if args.ssh_port is not None:
-        argv += ["-o", f"Port={args.ssh_port}"]
-    if args.ssh_identity_file:
-        argv += ["-o", f"IdentityFile={args.ssh_identity_file}"]
-    return argv + [host, script]
 
 
 def rendezvous_address(args):
@@ -454,7 +297,7 @@ class Job:
         server.set_value(PROCESS_WATCH_KEY, "1")
         if self.args.monitor is not None:
             self.monitor = job_monitor.JobMonitor(server, self.args.monitor, print_own_lines)
-        watchdog = _Watchdog()
+        watchdog = Watchdog()
         if self.thread_default:
             print(rank_env.THREADS_NOTE, file=sys.stderr, flush=True)
         try:

@@ -123,6 +123,8 @@ class ShmBackend final : public Backend {
   // of its slots an allreduce whose chunks are `bytes` long uses.
   size_t turn_position(size_t bytes, uint64_t chunk) const;
   size_t turns_extent(size_t bytes) const;
+  // The room a chunk of `bytes` takes at one position: whole kTurnAlign pages.
+  static size_t turn_span(size_t bytes);
 
   // Control plane (shm_control.cc).
   uint8_t* ring(int member, bool upward) const;
