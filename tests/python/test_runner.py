@@ -198,13 +198,13 @@ def test_sigterm_is_forwarded_to_every_rank():
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_ready(process, 3)
-        start = time.monotonic()
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=20)
     finally:
         process.kill()
-    assert time.monotonic() - start < 5
     assert process.returncode == 128 + signal.SIGTERM
+    # Each rank handled the SIGTERM itself (a rank that never got it would
+    # have been killed after horarun's grace, printing nothing).
     assert lines_by_rank(out) == {r: ["got 15"] for r in range(3)}
     assert "stopped by signal 15" in err
 
