@@ -116,7 +116,7 @@ ProcessSet Runtime::add_process_set(std::vector<int> ranks, SetOrigin origin) {
     set_store = std::make_shared<CarriedStore>(set_store_of(set.id));
     announce_presence(*set_store, config_.rank);
     head_start = factory_->prepare(set.ranks, config_.rank, set_store);
-    publish_process_set_id(*store_, ranks, origin, set.generation, set.id, set_store->written());
+    publish_process_set_id(*store_, ranks, origin, set.generation, set.id, set_store->take_written());
   } else {
     PublishedSet published = published_process_set(*store_, ranks, origin, set.generation, config_.timeout);
     set.id = published.id;

@@ -1,5 +1,7 @@
 #include "store/carried_store.h"
 
+#include <algorithm>
+
 #include "hora/errors.h"
 #include "net/codec.h"
 
@@ -22,11 +24,19 @@ const std::vector<uint8_t>* CarriedStore::find(const std::string& key) const {
   return nullptr;
 }
 
+void CarriedStore::keep_written(const std::string& key, const std::vector<uint8_t>& value) {
+  auto held = std::find_if(kept_.begin(), kept_.end(), [&](const auto& entry) { return entry.first == key; });
+  if (held != kept_.end())
+    held->second = value;
+  else
+    kept_.emplace_back(key, value);
+  if (recording_) written_.emplace_back(key, value);
+}
+
 void CarriedStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   base_->set(key, value);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!find(key)) kept_.emplace_back(key, value);
-  written_.emplace_back(key, value);
+  keep_written(key, value);
 }
 
 void CarriedStore::post(const std::string& key, const std::vector<uint8_t>& value) {
@@ -37,8 +47,7 @@ void CarriedStore::post(const std::string& key, const std::vector<uint8_t>& valu
   }
   base_->post(key, value);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!find(key)) kept_.emplace_back(key, value);
-  written_.emplace_back(key, value);
+  keep_written(key, value);
 }
 
 std::vector<uint8_t> CarriedStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -67,9 +76,10 @@ std::optional<std::vector<uint8_t>> CarriedStore::held(const std::string& key) {
 
 int64_t CarriedStore::add(const std::string& key, int64_t delta) { return base_->add(key, delta); }
 
-StoreEntries CarriedStore::written() const {
+StoreEntries CarriedStore::take_written() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return written_;
+  recording_ = false;
+  return std::move(written_);
 }
 
 void CarriedStore::keep(const StoreEntries& entries) {

@@ -27,8 +27,9 @@ class CarriedStore final : public Store {
  public:
   explicit CarriedStore(std::shared_ptr<Store> base);
 
-  // set() and post() write through and keep the value; a post of a value
-  // this view already holds for the key is not sent again.
+  // set() and post() write through and keep the value (a newer one
+  // replaces it); a post of the value this view already holds for the key
+  // is not sent again.
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   void post(const std::string& key, const std::vector<uint8_t>& value) override;
   // Kept keys are answered here; the others are read from the base store.
@@ -38,18 +39,21 @@ class CarriedStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   std::optional<std::vector<uint8_t>> held(const std::string& key) override;
 
-  // What was written through this view, in order.
-  StoreEntries written() const;
+  // Hands over what was written through this view so far, in order, and
+  // records no more (the lowest member carries it with the set's id once).
+  StoreEntries take_written();
   // Keeps entries that another member wrote (and the base store holds).
   void keep(const StoreEntries& entries);
 
  private:
   const std::vector<uint8_t>* find(const std::string& key) const;  // mutex_ held
+  void keep_written(const std::string& key, const std::vector<uint8_t>& value);  // mutex_ held
 
   const std::shared_ptr<Store> base_;
   mutable std::mutex mutex_;
   StoreEntries kept_;     // guarded by mutex_: written here or handed over (a set has few keys)
   StoreEntries written_;  // guarded by mutex_
+  bool recording_ = true;  // guarded by mutex_
 };
 
 // The entries as bytes, and back; decoding checks every length and throws

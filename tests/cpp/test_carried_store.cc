@@ -85,10 +85,21 @@ TEST(CarriedStore, KeepsWhatWasWrittenAndAnswersItWithoutTheBase) {
   view.wait({"present.0", "shm/ready"}, milliseconds(0));
   EXPECT_EQ(view.held("shm/ready"), bytes("ok name 4096"));
   EXPECT_TRUE(base->reads().empty());
-  // Posting what it holds again sends nothing; a new value is sent.
+  // Posting what it holds again sends nothing; a new value is sent and
+  // replaces the one it holds.
   view.post("present.0", bytes("1"));
   EXPECT_TRUE(base->writes().empty());
-  EXPECT_EQ(view.written(), (StoreEntries{{"present.0", bytes("1")}, {"shm/ready", bytes("ok name 4096")}}));
+  view.post("shm/ready", bytes("ok other 8192"));
+  EXPECT_EQ(base->writes(), (std::vector<std::string>{"shm/ready"}));
+  EXPECT_EQ(view.get("shm/ready", milliseconds(0)), bytes("ok other 8192"));
+  EXPECT_EQ(base->get("shm/ready", milliseconds(0)), bytes("ok other 8192"));
+  EXPECT_EQ(view.take_written(), (StoreEntries{{"present.0", bytes("1")},
+                                               {"shm/ready", bytes("ok name 4096")},
+                                               {"shm/ready", bytes("ok other 8192")}}));
+  // Once handed over, later writes are kept but no longer recorded.
+  view.post("later", bytes("x"));
+  EXPECT_TRUE(view.take_written().empty());
+  EXPECT_EQ(view.held("later"), bytes("x"));
 }
 
 TEST(CarriedStore, KeptEntriesOfAnotherMemberAreReadHereTheRestFromTheBase) {
@@ -104,7 +115,7 @@ TEST(CarriedStore, KeptEntriesOfAnotherMemberAreReadHereTheRestFromTheBase) {
   EXPECT_EQ(base->reads(), (std::vector<std::string>{"present.1"}));
   EXPECT_THROW(view.get("absent", milliseconds(1)), Timeout);
   // Kept entries are not the view's own writes.
-  EXPECT_TRUE(view.written().empty());
+  EXPECT_TRUE(view.take_written().empty());
   // Counters are always the base's.
   EXPECT_EQ(view.add("n", 2), 2);
   EXPECT_EQ(base->add("n", 0), 2);

@@ -17,6 +17,7 @@
 #include "hora/errors.h"
 #include "hora/runtime.h"
 #include "ranks_as_processes.h"
+#include "store/carried_store.h"
 #include "transport/backend.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_backend.h"
@@ -470,22 +471,29 @@ TEST(ShmChoice, OneMemberWithSharedMemoryOffTurnsItOffForTheSet) {
   EXPECT_EQ(chosen, std::vector<bool>(3, false));
 }
 
+// Factories for ranks 0..n-1 (threads of this process) that have made a
+// first set together, which taught each the others' host: a later set's
+// rank 0 then makes its segment ahead, in prepare().
+std::vector<std::unique_ptr<BackendFactory>> factories_that_met(int n) {
+  std::vector<std::unique_ptr<BackendFactory>> factories;
+  for (int r = 0; r < n; ++r) factories.push_back(make_shm_backend_factory(make_local_backend_factory(), ShmOptions{}));
+  auto store = make_hash_store();
+  std::vector<std::unique_ptr<Backend>> made(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] { made[r] = factories[r]->create(first_ranks(n), r, store, kTimeout); });
+  for (auto& t : threads) t.join();
+  return factories;
+}
+
 // A member that attached, had nothing to do and left before set rank 0
 // looked at the segment did attach: set rank 0 gets its backend at once
 // (not a Timeout at the end of its wait), and its first op names the member
 // that left.
 TEST(ShmChoice, AMemberThatAttachedAndLeftBeforeSetRankZeroLookedCountsAsAttached) {
-  auto f0 = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{});
-  auto f1 = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{});
-  {
-    // A first set teaches both factories each other's host, so that set
-    // rank 0 makes the next set's segment ahead, in prepare().
-    auto store = make_hash_store();
-    std::unique_ptr<Backend> b1;
-    std::thread other([&] { b1 = f1->create({0, 1}, 1, store, kTimeout); });
-    auto b0 = f0->create({0, 1}, 0, store, kTimeout);
-    other.join();
-  }
+  auto factories = factories_that_met(2);
+  BackendFactory* f0 = factories[0].get();
+  BackendFactory* f1 = factories[1].get();
   auto store = make_hash_store();
   std::shared_ptr<void> head = f0->prepare({0, 1}, 0, store);
   ASSERT_NE(head, nullptr);
@@ -510,16 +518,7 @@ TEST(ShmChoice, AMemberThatAttachedAndLeftBeforeSetRankZeroLookedCountsAsAttache
 // when one has not within the time given; nothing to wait on without a
 // head start.
 TEST(ShmChoice, SetRankZeroSeesItsMembersArriveInTheSegment) {
-  std::vector<std::unique_ptr<BackendFactory>> factories;
-  for (int r = 0; r < 3; ++r) factories.push_back(make_shm_backend_factory(make_local_backend_factory(), ShmOptions{}));
-  {
-    // A first set teaches every factory the others' host.
-    auto store = make_hash_store();
-    std::vector<std::unique_ptr<Backend>> made(3);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 3; ++r) threads.emplace_back([&, r] { made[r] = factories[r]->create({0, 1, 2}, r, store, kTimeout); });
-    for (auto& t : threads) t.join();
-  }
+  auto factories = factories_that_met(3);
   auto store = make_hash_store();
   std::shared_ptr<void> head = factories[0]->prepare({0, 1, 2}, 0, store);
   EXPECT_FALSE(factories[0]->await_arrival(nullptr, milliseconds(50)));
@@ -546,6 +545,40 @@ TEST(ShmChoice, SetRankZeroSeesItsMembersArriveInTheSegment) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(sums, (std::vector<int64_t>{6, 6, 6}));
+}
+
+// A member whose set store holds set rank 0's segment record (carried with
+// the set's id) maps the segment and marks itself attached in prepare(),
+// before create(); without the record it waits for create(). A member that
+// drops its head start unused (its connection given up) leaves the set, so
+// set rank 0's first op fails at once naming it.
+TEST(ShmChoice, AMemberMapsTheCarriedSegmentInPrepareAndLeavesIfItGivesUp) {
+  auto factories = factories_that_met(2);
+  BackendFactory* f0 = factories[0].get();
+  BackendFactory* f1 = factories[1].get();
+  auto base = make_hash_store();
+  auto lowest = std::make_shared<CarriedStore>(base);
+  std::shared_ptr<void> head0 = f0->prepare({0, 1}, 0, lowest);
+  const StoreEntries carried = lowest->take_written();
+
+  std::shared_ptr<void> uncarried = f1->prepare({0, 1}, 1, std::make_shared<CarriedStore>(make_hash_store()));
+  EXPECT_FALSE(f1->await_arrival(uncarried, milliseconds(0)));
+
+  auto member = std::make_shared<CarriedStore>(base);
+  member->keep(carried);
+  std::shared_ptr<void> head1 = f1->prepare({0, 1}, 1, member);
+  EXPECT_TRUE(f1->await_arrival(head1, milliseconds(0)));
+  EXPECT_TRUE(f0->await_arrival(head0, milliseconds(0)));
+
+  head1.reset();  // rank 1 gives up before create()
+  auto b0 = f0->create({0, 1}, 0, lowest, kTimeout);
+  ASSERT_TRUE(shm::is_shm_backend(*b0));
+  try {
+    b0->barrier();
+    ADD_FAILURE() << "a barrier with a member that gave up completed";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("left the process set"), std::string::npos) << e.what();
+  }
 }
 
 // Slots of 16 GiB for 3 members need 96 GiB: more than /dev/shm has here,

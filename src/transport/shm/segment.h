@@ -133,6 +133,7 @@ class Segment {
   ~Segment();
 
   const SegmentLayout& layout() const { return layout_; }
+  bool mapped() const { return base_ != nullptr; }
   uint8_t* at(uint64_t offset) const { return base_ + offset; }
   template <typename T>
   T* field_at(uint64_t offset) const {

@@ -77,6 +77,10 @@ struct NameGuard {
 // segment (`made`); on another member whose set store held the segment's
 // record (it came with the set's id), mapped it and marked itself attached
 // (`opened`). The name is unlinked with the guard unless create() takes it.
+// Dropped with the segment still in it (the set's connection was cancelled
+// or failed before create() took it), it marks this member departed and
+// rings the others, so that a member which saw it attach fails its first
+// op at once instead of at the op timeout.
 struct HeadStart {
   bool made = false;
   bool ok = false;  // made, and the segment is usable
@@ -84,6 +88,22 @@ struct HeadStart {
   int rank = 0;  // this member's set rank
   Segment segment;
   NameGuard guard;
+
+  ~HeadStart() {
+    if (!segment.mapped()) return;
+    const SegmentLayout& layout = segment.layout();
+    std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(layout.member_offset(static_cast<uint32_t>(rank)) +
+                                                          shm::field::kState))
+        .store(shm::kDeparted, std::memory_order_release);
+    for (uint32_t r = 0; r < layout.ranks; ++r) {
+      if (static_cast<int>(r) == rank) continue;
+      const uint64_t area = layout.member_offset(r);
+      shm::Doorbell(segment.field_at<uint32_t>(area + shm::field::kBell),
+                    segment.field_at<uint32_t>(area + shm::field::kSleepers)).ring();
+      shm::Doorbell(segment.field_at<uint32_t>(area + shm::field::kDataBell),
+                    segment.field_at<uint32_t>(area + shm::field::kDataSleepers)).ring();
+    }
+  }
 };
 
 class ShmBackendFactory final : public BackendFactory {
