@@ -1,7 +1,5 @@
 #include "store/carried_store.h"
 
-#include <algorithm>
-
 #include "hora/errors.h"
 #include "net/codec.h"
 
@@ -18,16 +16,15 @@ CarriedStore::CarriedStore(std::shared_ptr<Store> base) : base_(std::move(base))
   if (!base_) throw InvalidArgument("CarriedStore: the base store is null");
 }
 
-const std::vector<uint8_t>* CarriedStore::find(const std::string& key) const {
-  for (const auto& [k, v] : kept_)
+std::vector<uint8_t>* CarriedStore::find(const std::string& key) {
+  for (auto& [k, v] : kept_)
     if (k == key) return &v;
   return nullptr;
 }
 
 void CarriedStore::keep_written(const std::string& key, const std::vector<uint8_t>& value) {
-  auto held = std::find_if(kept_.begin(), kept_.end(), [&](const auto& entry) { return entry.first == key; });
-  if (held != kept_.end())
-    held->second = value;
+  if (std::vector<uint8_t>* held = find(key))
+    *held = value;
   else
     kept_.emplace_back(key, value);
   if (recording_) written_.emplace_back(key, value);

@@ -8,7 +8,8 @@
 // of those keys, and of their own writes, then cost no round trip to the
 // rendezvous server: a set whose members share a host is made with one.
 //
-// Keys of a set's store are written once, so a kept value never goes stale.
+// A newer value written through the view replaces the kept one; keys
+// another member wrote are written once, so their kept values stay true.
 #pragma once
 
 #include <memory>
@@ -46,7 +47,7 @@ class CarriedStore final : public Store {
   void keep(const StoreEntries& entries);
 
  private:
-  const std::vector<uint8_t>* find(const std::string& key) const;  // mutex_ held
+  std::vector<uint8_t>* find(const std::string& key);  // mutex_ held
   void keep_written(const std::string& key, const std::vector<uint8_t>& value);  // mutex_ held
 
   const std::shared_ptr<Store> base_;

@@ -97,9 +97,9 @@ class BackendFactory {
   // Work this member may do for a set before the others have arrived (the
   // shared-memory factory makes the set's segment on set rank 0, and maps
   // it on the others when the set store holds its record already), which
-  // create() with the same set store then picks up. The result must outlive that create();
-  // dropping it undoes the work if create() did not take it. The default
-  // does nothing.
+  // create() with the same set store then picks up. The result must
+  // outlive that create(); dropping it undoes the work if create() did not
+  // take it. The default does nothing.
   virtual std::shared_ptr<void> prepare(const std::vector<int>& global_ranks, int my_global_rank,
                                         const std::shared_ptr<Store>& set_store) {
     (void)global_ranks, (void)my_global_rank, (void)set_store;

@@ -31,10 +31,8 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
   std::vector<pid_t> pids;
   for (int r = 0; r < size(); ++r) {
     const uint64_t area = layout.member_offset(static_cast<uint32_t>(r));
-    bells_.emplace_back(segment_.field_at<uint32_t>(area + field::kBell),
-                        segment_.field_at<uint32_t>(area + field::kSleepers));
-    data_bells_.emplace_back(segment_.field_at<uint32_t>(area + field::kDataBell),
-                             segment_.field_at<uint32_t>(area + field::kDataSleepers));
+    bells_.push_back(member_bell(segment_, r));
+    data_bells_.push_back(member_data_bell(segment_, r));
     const int32_t pid = shared<int32_t>(segment_, area + field::kPid).load(std::memory_order_acquire);
     if (pid <= 0) throw Internal(set_name_ + ": member " + std::to_string(r) + " published no process id");
     pids.push_back(pid);
@@ -47,17 +45,30 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
   }
 }
 
-ShmBackend::~ShmBackend() {
-  const uint64_t area = segment_.layout().member_offset(static_cast<uint32_t>(rank_));
-  shared<uint32_t>(segment_, area + field::kState).store(kDeparted, std::memory_order_release);
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank_) continue;
-    bells_[r].ring();
-    data_bells_[r].ring();
-  }
-}
+ShmBackend::~ShmBackend() { mark_departed(segment_, rank_); }
 
 bool is_shm_backend(const Backend& backend) { return dynamic_cast<const ShmBackend*>(&backend) != nullptr; }
+
+Doorbell member_bell(const Segment& segment, int member) {
+  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
+  return Doorbell(segment.field_at<uint32_t>(area + field::kBell), segment.field_at<uint32_t>(area + field::kSleepers));
+}
+
+Doorbell member_data_bell(const Segment& segment, int member) {
+  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
+  return Doorbell(segment.field_at<uint32_t>(area + field::kDataBell),
+                  segment.field_at<uint32_t>(area + field::kDataSleepers));
+}
+
+void mark_departed(const Segment& segment, int member) {
+  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
+  shared<uint32_t>(segment, area + field::kState).store(kDeparted, std::memory_order_release);
+  for (int r = 0; r < static_cast<int>(segment.layout().ranks); ++r) {
+    if (r == member) continue;
+    member_bell(segment, r).ring();
+    member_data_bell(segment, r).ring();
+  }
+}
 
 Clock::time_point ShmBackend::deadline() const {
   if (timeout_.count() <= 0) return Clock::time_point::max();

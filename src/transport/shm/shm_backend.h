@@ -175,4 +175,13 @@ class ShmBackend final : public Backend {
 // Whether `backend` is a ShmBackend (tests).
 bool is_shm_backend(const Backend& backend);
 
+// Member `member`'s doorbells in `segment`: the one its engine thread
+// sleeps on, and the one of whichever thread runs its collective.
+Doorbell member_bell(const Segment& segment, int member);
+Doorbell member_data_bell(const Segment& segment, int member);
+
+// Marks `member` departed in `segment` and rings every other member's
+// doorbells: a member leaving its set, or giving it up before it was made.
+void mark_departed(const Segment& segment, int member);
+
 }  // namespace hora::shm

@@ -90,19 +90,7 @@ struct HeadStart {
   NameGuard guard;
 
   ~HeadStart() {
-    if (!segment.mapped()) return;
-    const SegmentLayout& layout = segment.layout();
-    std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(layout.member_offset(static_cast<uint32_t>(rank)) +
-                                                          shm::field::kState))
-        .store(shm::kDeparted, std::memory_order_release);
-    for (uint32_t r = 0; r < layout.ranks; ++r) {
-      if (static_cast<int>(r) == rank) continue;
-      const uint64_t area = layout.member_offset(r);
-      shm::Doorbell(segment.field_at<uint32_t>(area + shm::field::kBell),
-                    segment.field_at<uint32_t>(area + shm::field::kSleepers)).ring();
-      shm::Doorbell(segment.field_at<uint32_t>(area + shm::field::kDataBell),
-                    segment.field_at<uint32_t>(area + shm::field::kDataSleepers)).ring();
-    }
+    if (segment.mapped()) shm::mark_departed(segment, rank);
   }
 };
 
@@ -149,16 +137,9 @@ class ShmBackendFactory final : public BackendFactory {
   bool await_arrival(const std::shared_ptr<void>& head_start, milliseconds within) const override {
     const auto* head = static_cast<const HeadStart*>(head_start.get());
     if (!head || !((head->made && head->ok) || head->opened)) return false;
-    const Segment& segment = head->segment;
-    const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(head->rank));
-    const shm::Doorbell bell(segment.field_at<uint32_t>(area + shm::field::kBell),
-                             segment.field_at<uint32_t>(area + shm::field::kSleepers));
-    auto all = [&] {
-      for (uint32_t r = 0; r < segment.layout().ranks; ++r)
-        if (!has_attached(segment, static_cast<int>(r))) return false;
-      return true;
-    };
-    return bell.wait(all, [] {}, std::chrono::steady_clock::now() + within, std::chrono::nanoseconds(0));
+    return shm::member_bell(head->segment, head->rank)
+        .wait([&] { return everyone_attached(head->segment); }, [] {}, std::chrono::steady_clock::now() + within,
+              std::chrono::nanoseconds(0));
   }
 
   using BackendFactory::create;
@@ -392,12 +373,16 @@ class ShmBackendFactory final : public BackendFactory {
   static bool all_attached(const Segment& segment, const std::atomic<bool>& cancelled) {
     const auto give_up = std::chrono::steady_clock::now() + milliseconds(50);
     for (;;) {
-      bool all = true;
-      for (uint32_t r = 0; r < segment.layout().ranks && all; ++r) all = has_attached(segment, static_cast<int>(r));
-      if (all) return true;
+      if (everyone_attached(segment)) return true;
       if (cancelled || std::chrono::steady_clock::now() >= give_up) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+
+  static bool everyone_attached(const Segment& segment) {
+    for (uint32_t r = 0; r < segment.layout().ranks; ++r)
+      if (!has_attached(segment, static_cast<int>(r))) return false;
+    return true;
   }
 
   // Whether `member` attached, even if it has left since: a member that
@@ -442,13 +427,8 @@ class ShmBackendFactory final : public BackendFactory {
     std::atomic_ref<int32_t>(*segment.field_at<int32_t>(area + shm::field::kPid)).store(getpid(), std::memory_order_release);
     std::atomic_ref<uint32_t>(*segment.field_at<uint32_t>(area + shm::field::kState))
         .store(shm::kAttached, std::memory_order_release);
-    for (uint32_t r = 0; r < segment.layout().ranks; ++r) {
-      if (static_cast<int>(r) == rank) continue;
-      const uint64_t other = segment.layout().member_offset(r);
-      shm::Doorbell(segment.field_at<uint32_t>(other + shm::field::kBell),
-                    segment.field_at<uint32_t>(other + shm::field::kSleepers))
-          .ring();
-    }
+    for (int r = 0; r < static_cast<int>(segment.layout().ranks); ++r)
+      if (r != rank) shm::member_bell(segment, r).ring();
   }
 
   shm::ShmTuning tuning(size_t members) const {
