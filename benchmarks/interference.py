@@ -1,14 +1,18 @@
 """Whether one process set slows another down: two sets over the same two
 ranks, hora beside torch.distributed (two Gloo groups) in the same run.
 
-    python benchmarks/interference.py                  # 2 ranks, 300 small ops per phase
-    python benchmarks/interference.py --iterations 1000 --load-bytes 67108864
+    python benchmarks/interference.py                  # 2 ranks, 2 s per phase
+    python benchmarks/interference.py --seconds 5 --load-bytes 67108864
 
 Peers: hora (shared memory, the default), hora-noshm (HORA_SHM=0) and torch.
 Sets (groups) A and B both hold ranks [0, 1]. Each rank times B's 4-byte
-allreduce (Sum, float32) alone, then while a thread of the same process
-keeps float32 allreduces of --load-bytes (16 MiB) going in A; a Min over a
-flag in A's first element lets both ranks' threads stop after the same op.
+allreduce (Sum, float32) back to back for --seconds alone, then as long
+again while a thread of the same process keeps float32 allreduces of
+--load-bytes (16 MiB) going in A: long enough for the scheduler to settle
+how the four busy threads share the cores (a phase of a few milliseconds
+sees only how it happened to start). A rank that is done adds 0 instead
+of 1 to B's sum, and a Min over a flag in A's first element does the same
+for A, so both ranks stop after the same op.
 
 Prints per peer the median of the slowest rank for B alone and under A's
 load, their ratio (loaded / alone: 1.0 means A costs B nothing; issue 11's
@@ -26,13 +30,17 @@ import time
 from jobs import NO_SHM, free_port, print_result, run_job
 
 
-def latencies(op, iterations):
-    samples = []
-    for _ in range(iterations):
+def latencies(op, buffer, ranks, seconds):
+    """Times op() (an in-place Sum allreduce of `buffer` over `ranks`) until
+    `seconds` have passed on some rank; every rank stops after the same op."""
+    samples, end = [], time.perf_counter() + seconds
+    while True:
+        buffer[0] = 1 if time.perf_counter() < end else 0
         start = time.perf_counter()
         op()
         samples.append(time.perf_counter() - start)
-    return samples
+        if buffer[0] < ranks:
+            return samples
 
 
 class Load:
@@ -69,18 +77,18 @@ class Load:
         self._thread.join()
 
 
-def measure(small_op, big_op, big, iterations):
+def measure(small_op, small, big_op, big, seconds):
     for _ in range(20):
         small_op()
     big_op(big)
-    alone = latencies(small_op, iterations)
+    alone = latencies(small_op, small, 2, seconds)
     with Load(big_op, big) as load:
-        loaded = latencies(small_op, iterations)
+        loaded = latencies(small_op, small, 2, seconds)
     return {"alone": statistics.median(alone), "loaded": statistics.median(loaded),
             "load_op_seconds": load.seconds / max(load.ops, 1)}
 
 
-def worker_hora(iterations, load_bytes):
+def worker_hora(seconds, load_bytes):
     import numpy as np
 
     import hora.numpy as hvd
@@ -88,14 +96,14 @@ def worker_hora(iterations, load_bytes):
     hvd.init()
     set_a, set_b = hvd.add_process_set([0, 1]), hvd.add_process_set([0, 1])
     small, big = np.ones(1, dtype=np.float32), np.ones(load_bytes // 4, dtype=np.float32)
-    result = measure(lambda: hvd.allreduce_(small, op=hvd.Sum, name="small", process_set=set_b),
+    result = measure(lambda: hvd.allreduce_(small, op=hvd.Sum, name="small", process_set=set_b), small,
                      lambda buffer: hvd.allreduce_(buffer, op=hvd.Min, name="load", process_set=set_a),
-                     big, iterations)
+                     big, seconds)
     hvd.shutdown()
     return result
 
 
-def worker_torch(iterations, load_bytes, port):
+def worker_torch(seconds, load_bytes, port):
     import torch
     import torch.distributed as dist
 
@@ -103,39 +111,41 @@ def worker_torch(iterations, load_bytes, port):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     group_a, group_b = dist.new_group([0, 1]), dist.new_group([0, 1])
     small, big = torch.ones(1, dtype=torch.float32), torch.ones(load_bytes // 4, dtype=torch.float32)
-    result = measure(lambda: dist.all_reduce(small, group=group_b),
+    result = measure(lambda: dist.all_reduce(small, group=group_b), small,
                      lambda buffer: dist.all_reduce(buffer, op=dist.ReduceOp.MIN, group=group_a),
-                     big, iterations)
+                     big, seconds)
     dist.destroy_process_group()
     return result
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=300, help="small ops timed per phase")
+    parser.add_argument("--seconds", type=float, default=2.0, help="how long each phase times B's op")
     parser.add_argument("--load-bytes", type=int, default=16 << 20, help="size of each allreduce in A")
     parser.add_argument("--peers", default="hora,hora-noshm,torch",
                         help="comma-separated, from hora, hora-noshm, torch")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be positive, not {args.seconds:g}")
 
     if args.worker:
         if args.worker == "torch":
-            print_result(worker_torch(args.iterations, args.load_bytes, args.port))
+            print_result(worker_torch(args.seconds, args.load_bytes, args.port))
         else:
-            print_result(worker_hora(args.iterations, args.load_bytes))
+            print_result(worker_hora(args.seconds, args.load_bytes))
         return
 
     peers = args.peers.split(",")
     measured = {}
     for peer in peers:
-        argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--iterations", str(args.iterations),
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--seconds", str(args.seconds),
                 "--load-bytes", str(args.load_bytes), "--port", str(free_port())]
         per_rank = run_job(2, argv, NO_SHM if peer == "hora-noshm" else None, what=f"{peer} interference")
         measured[peer] = {key: max(r[key] for r in per_rank) for key in per_rank[0]}
     print(f"set B: 4-byte allreduce; set A: {args.load_bytes >> 20} MiB allreduces in another thread; "
-          f"same 2 ranks (median of {args.iterations}, slowest rank)")
+          f"same 2 ranks (median over {args.seconds:g} s each, slowest rank)")
     print(f"{'peer':>10} {'B alone':>10} {'B loaded':>10} {'loaded/alone':>13} {'A busbw':>11} {'loaded/hora':>12}")
     for peer in peers:
         m = measured[peer]

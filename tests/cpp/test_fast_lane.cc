@@ -15,6 +15,7 @@
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/shm_backend.h"
 
 namespace hora {
 namespace {
@@ -42,12 +43,14 @@ class TwoLanes : public ::testing::Test {
       }
       bells_.push_back(std::move(bells));
     }
-    lanes_.emplace_back(first_, 0, 2, bells_[0], std::chrono::microseconds(5));
-    lanes_.emplace_back(second_, 1, 2, bells_[1], std::chrono::microseconds(5));
+    seats_ = {shm::member_seats(first_, 0), shm::member_seats(second_, 1)};
+    lanes_.emplace_back(first_, 0, 2, bells_[0], seats_[0], std::chrono::microseconds(5));
+    lanes_.emplace_back(second_, 1, 2, bells_[1], seats_[1], std::chrono::microseconds(5));
   }
 
   shm::Segment first_, second_;
   std::vector<std::vector<shm::Doorbell>> bells_;
+  std::vector<shm::Seats> seats_;
   std::vector<FastLane> lanes_;
 };
 

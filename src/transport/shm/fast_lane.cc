@@ -15,9 +15,15 @@ constexpr uint32_t kResponsePayload = 0x80000000u;
 
 }  // namespace
 
-FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells,
+FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
                    std::chrono::nanoseconds spin)
-    : segment_(&segment), rank_(rank), size_(size), bells_(&bells), spin_(spin), full_((uint64_t{1} << size) - 1) {
+    : segment_(&segment),
+      rank_(rank),
+      size_(size),
+      bells_(&bells),
+      seats_(&seats),
+      spin_(spin),
+      full_((uint64_t{1} << size) - 1) {
   for (int r = 0; r < size_; ++r) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(r));
     lane_bells_.emplace_back(segment.field_at<uint32_t>(area + field::kLaneBell),
@@ -46,6 +52,7 @@ uint64_t FastLane::member_field(int member, uint64_t offset) const {
 
 FastLane::Outcome FastLane::submit(uint32_t slot) {
   const uint64_t bit = uint64_t{1} << rank_;
+  seats_->take();
   uint64_t now = row(slot).fetch_or(bit, std::memory_order_acq_rel) | bit;
   if (now & kDivertedBit) {
     const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;

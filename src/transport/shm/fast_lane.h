@@ -57,8 +57,10 @@ class FastLane {
   };
 
   // `bells` are the members' doorbells (their engine threads sleep on
-  // them), by set rank; `spin` is how long a waiter spins before it sleeps.
-  FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells,
+  // them), by set rank; `seats` where the members' threads run (a waiter
+  // that shares its CPU with another member yields it); `spin` is how long
+  // a waiter spins before it sleeps.
+  FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
            std::chrono::nanoseconds spin);
 
   // Whether a set of `members` can use a lane.
@@ -80,7 +82,8 @@ class FastLane {
   template <typename GiveUp>
   void wait_for_entry(uint64_t index, GiveUp&& give_up) const {
     lane_bells_[rank_].wait([&] { return entry(index).has_value() || give_up(); }, [] {},
-                            Clock::now() + kLivenessInterval, spin_);
+                            Clock::now() + kLivenessInterval, spin_,
+                            [&] { return seats_->crowded([](int) { return true; }); });
   }
   // Wakes this member's drivers (to look at give_up()).
   void wake_drivers() const { lane_bells_[rank_].ring(); }
@@ -124,6 +127,7 @@ class FastLane {
   const int rank_;
   const int size_;
   const std::vector<Doorbell>* bells_;
+  const Seats* seats_;
   std::vector<Doorbell> lane_bells_;
   const std::chrono::nanoseconds spin_;
   const uint64_t full_;  // every member's bit

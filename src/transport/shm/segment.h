@@ -60,6 +60,7 @@ struct SegmentLayout {
 namespace field {
 constexpr uint64_t kProgress = 0;        // u64: phases this member has published
 constexpr uint64_t kSide = 8;            // u64[2]: side data, indexed by phase parity
+constexpr uint64_t kSeat = 24;           // u32: 1 + the CPU this member last published or waited on (sync.h: Seats)
 constexpr uint64_t kBell = kLine;        // u32: futex word peers bump to wake this member
 constexpr uint64_t kSleepers = kLine + 4;  // u32: threads of this member asleep on kBell
 constexpr uint64_t kPid = 2 * kLine;     // i32: the member's process id

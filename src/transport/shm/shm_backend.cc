@@ -39,7 +39,8 @@ ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment,
     send_mutexes_.push_back(std::make_unique<std::mutex>());
   }
   peers_ = PeerWatch(pids);
-  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, tuning_.spin);
+  seats_ = member_seats(segment_, rank_);
+  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, seats_, tuning_.spin);
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && (rank_ == 0 || r == 0)) inboxes_[r].peer = r;
   }
@@ -52,6 +53,13 @@ bool is_shm_backend(const Backend& backend) { return dynamic_cast<const ShmBacke
 Doorbell member_bell(const Segment& segment, int member) {
   const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
   return Doorbell(segment.field_at<uint32_t>(area + field::kBell), segment.field_at<uint32_t>(area + field::kSleepers));
+}
+
+Seats member_seats(const Segment& segment, int rank) {
+  std::vector<uint32_t*> words;
+  for (uint32_t r = 0; r < segment.layout().ranks; ++r)
+    words.push_back(segment.field_at<uint32_t>(segment.layout().member_offset(r) + field::kSeat));
+  return Seats(std::move(words), rank);
 }
 
 Doorbell member_data_bell(const Segment& segment, int member) {
@@ -101,6 +109,7 @@ uint64_t ShmBackend::sync(uint64_t side) {
   const uint64_t phase = ++phase_;
   const uint64_t area = segment_.layout().member_offset(static_cast<uint32_t>(rank_));
   shared<uint64_t>(segment_, area + field::kSide + 8 * (phase % 2)).store(side, std::memory_order_relaxed);
+  seats_.take();
   shared<uint64_t>(segment_, area + field::kProgress).store(phase, std::memory_order_release);
   for (int r = 0; r < size(); ++r)
     if (r != rank_) data_bells_[r].ring();
@@ -118,8 +127,8 @@ void ShmBackend::wait_for_all(uint64_t phase) {
     check_data_plane(phase);
     drain_if_reader();
   };
-  const auto spin = phase > op_start_phase_ + 1 ? tuning_.spin_in_op : tuning_.spin;
-  if (data_bells_[rank_].wait(ready, idle, deadline(), spin)) return;
+  auto crowded = [&] { return seats_.crowded([&](int r) { return progress_of(r) < phase; }); };
+  if (data_bells_[rank_].wait(ready, idle, deadline(), tuning_.spin, crowded)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);

@@ -23,13 +23,16 @@ struct ShmTuning {
   // Allreduce chunks of at most this many bytes take the one-sync path;
   // larger ones reduce-scatter then allgather through the slots.
   size_t small_bytes = 64 * 1024;
-  // How long a waiter spins before it sleeps on its doorbell: at a
-  // collective's first sync (the others may not have called it yet) and at
-  // its later ones, where every member is inside the collective, copying
-  // or reducing its part, and a futex wake-up would cost more than the
-  // wait.
-  std::chrono::nanoseconds spin{20'000};
-  std::chrono::nanoseconds spin_in_op{200'000};
+  // How long a thread running a collective, or waiting for its op's turn
+  // in the fast lane, spins before it sleeps on its doorbell. Longer than
+  // a futex wake-up across CPUs (about 20 us on a virtual machine,
+  // benchmarks/wakeup.cc): with a shorter spin, two members that both
+  // overslept it wake each other on every op from then on. A waiter whose
+  // CPU a member it waits for needs yields it instead (sync.h: Seats).
+  std::chrono::nanoseconds spin{200'000};
+  // How long the engine thread spins for control messages before it
+  // sleeps: it idles there between ops.
+  std::chrono::nanoseconds spin_engine{20'000};
 };
 
 // One member's view of the segment (see segment.h for its layout). Every
@@ -148,12 +151,12 @@ class ShmBackend final : public Backend {
   // so that a collective's syncs never wake an idle engine thread.
   std::vector<Doorbell> bells_;
   std::vector<Doorbell> data_bells_;
+  Seats seats_;
   PeerWatch peers_;
-  std::optional<FastLane> lane_;  // after bells_, which it reads
+  std::optional<FastLane> lane_;  // after bells_ and seats_, which it reads
 
   // Engine thread only.
   uint64_t phase_ = 0;   // phases this member has published
-  uint64_t op_start_phase_ = 0;  // the phase_ before the current collective's first sync
   uint64_t chunks_ = 0;  // chunks moved through the slots, for double buffering
   uint64_t prepared_ = 0;  // bytes of each own slot allocated so far
   std::string broken_;   // the first data-plane failure
@@ -179,6 +182,8 @@ bool is_shm_backend(const Backend& backend);
 // sleeps on, and the one of whichever thread runs its collective.
 Doorbell member_bell(const Segment& segment, int member);
 Doorbell member_data_bell(const Segment& segment, int member);
+// The members' seats, as member `rank` sees them.
+Seats member_seats(const Segment& segment, int rank);
 
 // Marks `member` departed in `segment` and rings every other member's
 // doorbells: a member leaving its set, or giving it up before it was made.

@@ -437,7 +437,7 @@ class ShmBackendFactory final : public BackendFactory {
     // More members (or ranks of the job on this host) than cores: a
     // spinning waiter takes the core its peer needs.
     const size_t busy = std::max(members, static_cast<size_t>(std::max(options_.host_ranks, 0)));
-    if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = tuning.spin_in_op = std::chrono::microseconds(2);
+    if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
     return tuning;
   }
 

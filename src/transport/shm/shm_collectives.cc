@@ -43,7 +43,6 @@ void ShmBackend::run(const char* name, size_t slot_use, Collective&& collective)
     if (shared<uint32_t>(segment_, abort_offset).load(std::memory_order_acquire) != kRunning)
       throw PeerFailure(abort_record());
     prepare_own_slots(slot_use);
-    op_start_phase_ = phase_;
     collective();
   } catch (const Timeout& e) {
     broken_ = where + ": " + e.what();

@@ -67,7 +67,7 @@ void ShmBackend::write_to_ring(int to, const uint8_t* bytes, size_t size, Clock:
           throw PeerFailure(set_name_ + ": the control connection to " + peer + " closed");
         drain_if_reader();
       };
-      if (!bells_[rank_].wait(drained, idle, deadline, tuning_.spin))
+      if (!bells_[rank_].wait(drained, idle, deadline, tuning_.spin_engine))
         throw PeerFailure(set_name_ + ": " + peer + " read no control message for " + std::to_string(timeout_.count()) + " ms");
       continue;
     }
@@ -176,7 +176,7 @@ std::optional<ControlMessage> ShmBackend::receive_control(Clock::time_point dead
       return control_pending() || wake_pending_.load(std::memory_order_acquire) || (lane_ && lane_->engine_attention());
     };
     const auto round_end = deadline - now < kLivenessInterval ? deadline : now + kLivenessInterval;
-    bells_[rank_].wait(ready, [] {}, round_end, tuning_.spin);
+    bells_[rank_].wait(ready, [] {}, round_end, tuning_.spin_engine);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -43,6 +44,33 @@ void Doorbell::sleep(uint32_t seen, Clock::duration timeout) const noexcept {
   timespec relative{static_cast<time_t>(nanos / 1'000'000'000), static_cast<long>(nanos % 1'000'000'000)};
   // EAGAIN (the word moved), EINTR and ETIMEDOUT all mean: look again.
   futex(word_, FUTEX_WAIT, seen, &relative);
+}
+
+bool move_off_this_cpu() noexcept {
+  thread_local Clock::time_point next_move{};
+  const auto now = Clock::now();
+  if (now < next_move) return false;
+  next_move = now + kMinMoveInterval;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  const int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+  cpu_set_t others = allowed;
+  CPU_CLR(cpu, &others);
+  // Taking this CPU out of the thread's mask moves it at once; putting the
+  // mask back lets the scheduler place it anywhere again later.
+  if (sched_setaffinity(0, sizeof others, &others) != 0) return false;
+  sched_setaffinity(0, sizeof allowed, &allowed);
+  return true;
+}
+
+int Seats::take() const noexcept {
+  const int cpu = sched_getcpu();  // glibc reads it from the rseq area: no system call
+  if (cpu < 0 || words_.empty()) return -1;
+  std::atomic_ref<uint32_t> word(*words_[static_cast<size_t>(rank_)]);
+  if (word.load(std::memory_order_relaxed) != static_cast<uint32_t>(cpu) + 1)
+    word.store(static_cast<uint32_t>(cpu) + 1, std::memory_order_relaxed);
+  return cpu;
 }
 
 PeerWatch::PeerWatch(const std::vector<pid_t>& pids) : pids_(pids), pidfds_(pids.size(), -1) {

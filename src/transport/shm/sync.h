@@ -2,11 +2,13 @@
 // spin-then-sleep waits, and the watch on peer processes.
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace hora::shm {
@@ -16,6 +18,16 @@ using Clock = std::chrono::steady_clock;
 // How long a sleeper sleeps before it looks again at what no doorbell
 // announces (a peer process that died).
 constexpr std::chrono::milliseconds kLivenessInterval{100};
+
+// A crowded waiter (Seats) yields this many looks in a row (about 1 us
+// apart) before it moves to another CPU.
+constexpr int kCrowdedLooksBeforeMove = 16;
+
+// Moves the calling thread to another CPU its affinity allows and leaves
+// its affinity as it was; false when there is none, the kernel refuses,
+// or this thread moved less than kMinMoveInterval ago.
+bool move_off_this_cpu() noexcept;
+constexpr std::chrono::milliseconds kMinMoveInterval{1};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -45,12 +57,26 @@ class Doorbell {
   // throw to end the wait.
   template <typename Ready, typename Idle>
   bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin) const {
+    return wait(ready, idle, deadline, spin, [] { return false; });
+  }
+  // The same, asking crowded() now and again while it spins: true means
+  // that what it waits for needs this CPU (Seats below). It then yields
+  // the CPU, and if that goes on for kCrowdedLooksBeforeMove looks, it
+  // moves to another CPU (move_off_this_cpu()).
+  template <typename Ready, typename Idle, typename Crowded>
+  bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin,
+            Crowded&& crowded) const {
     if (spin.count() > 0) {
       const auto spin_until = Clock::now() + spin;
+      int crowded_looks = 0;
       for (int i = 0;; ++i) {
         if (ready()) return true;
         cpu_relax();
-        if ((i & 31) == 31 && Clock::now() >= spin_until) break;
+        if ((i & 31) != 31) continue;
+        if (Clock::now() >= spin_until) break;
+        if (!crowded()) continue;
+        if (++crowded_looks % kCrowdedLooksBeforeMove == 0 && move_off_this_cpu()) continue;
+        sched_yield();
       }
     }
     for (;;) {
@@ -71,6 +97,52 @@ class Doorbell {
 
   uint32_t* word_ = nullptr;
   uint32_t* sleepers_ = nullptr;
+};
+
+// Where the members' executing threads run. A member's thread records its
+// CPU in the member area when it publishes and while it waits. A waiter
+// whose CPU a member it waits for last recorded is crowded: that member
+// is not running (the waiter is), and if it is queued behind the waiter,
+// spinning only keeps it from running. The scheduler puts threads that
+// wake each other on one CPU and leaves them there while they spin, even
+// with another CPU idle; two members of a set that spin on one CPU take a
+// whole spin each per hand-off (benchmarks/wakeup.cc). A record may be stale (its thread has moved
+// since): a yield or a move where none was needed.
+class Seats {
+ public:
+  Seats() = default;
+  // `words`: each member's record (1 + CPU; 0 before it first records),
+  // by set rank.
+  Seats(std::vector<uint32_t*> words, int rank) : words_(std::move(words)), rank_(rank) {}
+
+  // Records the calling thread's CPU as this member's; returns it (-1
+  // where the kernel does not say).
+  int take() const noexcept;
+  // Whether `member` last recorded `cpu`.
+  bool at(int member, int cpu) const noexcept {
+    return cpu >= 0 &&
+           std::atomic_ref<uint32_t>(*words_[static_cast<size_t>(member)]).load(std::memory_order_relaxed) ==
+               static_cast<uint32_t>(cpu) + 1;
+  }
+  // Whether another member for which waiting_for(member) is true last
+  // recorded `cpu`.
+  template <typename WaitingFor>
+  bool crowd(int cpu, WaitingFor&& waiting_for) const {
+    for (int r = 0; r < static_cast<int>(words_.size()); ++r)
+      if (r != rank_ && at(r, cpu) && waiting_for(r)) return true;
+    return false;
+  }
+  // Records this thread's CPU and says whether another member for which
+  // waiting_for(member) is true last recorded it (Doorbell::wait's
+  // crowded()).
+  template <typename WaitingFor>
+  bool crowded(WaitingFor&& waiting_for) const {
+    return crowd(take(), waiting_for);
+  }
+
+ private:
+  std::vector<uint32_t*> words_;
+  int rank_ = 0;
 };
 
 // Watches the processes of a set's members for their exit, through pidfds
