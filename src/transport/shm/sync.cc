@@ -46,22 +46,19 @@ void Doorbell::sleep(uint32_t seen, Clock::duration timeout) const noexcept {
   futex(word_, FUTEX_WAIT, seen, &relative);
 }
 
-bool move_off_this_cpu() noexcept {
-  thread_local Clock::time_point next_move{};
-  const auto now = Clock::now();
-  if (now < next_move) return false;
-  next_move = now + kMinMoveInterval;
+int move_off_this_cpu() noexcept {
   cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;  // also: CPUs beyond CPU_SETSIZE
   const int cpu = sched_getcpu();
-  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return -1;
   cpu_set_t others = allowed;
   CPU_CLR(cpu, &others);
   // Taking this CPU out of the thread's mask moves it at once; putting the
   // mask back lets the scheduler place it anywhere again later.
-  if (sched_setaffinity(0, sizeof others, &others) != 0) return false;
-  sched_setaffinity(0, sizeof allowed, &allowed);
-  return true;
+  if (sched_setaffinity(0, sizeof others, &others) != 0) return -1;
+  for (int attempt = 0; attempt < 3; ++attempt)
+    if (sched_setaffinity(0, sizeof allowed, &allowed) == 0) break;
+  return cpu;
 }
 
 int Seats::take() const noexcept {

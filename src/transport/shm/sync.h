@@ -19,15 +19,18 @@ using Clock = std::chrono::steady_clock;
 // announces (a peer process that died).
 constexpr std::chrono::milliseconds kLivenessInterval{100};
 
-// A crowded waiter (Seats) yields this many looks in a row (about 1 us
-// apart) before it moves to another CPU.
+// A waiter that finds itself crowded (Seats) this many times in one wait
+// moves to another CPU; before that, and after, it yields.
 constexpr int kCrowdedLooksBeforeMove = 16;
 
-// Moves the calling thread to another CPU its affinity allows and leaves
-// its affinity as it was; false when there is none, the kernel refuses,
-// or this thread moved less than kMinMoveInterval ago.
-bool move_off_this_cpu() noexcept;
-constexpr std::chrono::milliseconds kMinMoveInterval{1};
+// Moves the calling thread off the CPU it runs on, to another its
+// affinity allows, by taking that CPU out of its affinity mask and then
+// putting the mask back. Returns the CPU it left, or -1 when there is no
+// other CPU or the kernel refuses. The mask put back is the one read
+// before: a change another thread made in between is lost, and (Linux
+// 6.2 and later) it counts as one the thread asked for, so it no longer
+// widens by itself when the thread's cpuset grows.
+int move_off_this_cpu() noexcept;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,10 +62,10 @@ class Doorbell {
   bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin) const {
     return wait(ready, idle, deadline, spin, [] { return false; });
   }
-  // The same, asking crowded() now and again while it spins: true means
-  // that what it waits for needs this CPU (Seats below). It then yields
-  // the CPU, and if that goes on for kCrowdedLooksBeforeMove looks, it
-  // moves to another CPU (move_off_this_cpu()).
+  // The same, asking crowded() about every microsecond while it spins:
+  // true means that what it waits for needs this CPU (Seats below). It
+  // then yields the CPU, except at the kCrowdedLooksBeforeMove-th such
+  // answer, where it moves to another CPU instead (move_off_this_cpu()).
   template <typename Ready, typename Idle, typename Crowded>
   bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin,
             Crowded&& crowded) const {
@@ -75,7 +78,7 @@ class Doorbell {
         if ((i & 31) != 31) continue;
         if (Clock::now() >= spin_until) break;
         if (!crowded()) continue;
-        if (++crowded_looks % kCrowdedLooksBeforeMove == 0 && move_off_this_cpu()) continue;
+        if (++crowded_looks == kCrowdedLooksBeforeMove && move_off_this_cpu() >= 0) continue;
         sched_yield();
       }
     }
@@ -99,15 +102,19 @@ class Doorbell {
   uint32_t* sleepers_ = nullptr;
 };
 
-// Where the members' executing threads run. A member's thread records its
-// CPU in the member area when it publishes and while it waits. A waiter
-// whose CPU a member it waits for last recorded is crowded: that member
-// is not running (the waiter is), and if it is queued behind the waiter,
-// spinning only keeps it from running. The scheduler puts threads that
-// wake each other on one CPU and leaves them there while they spin, even
-// with another CPU idle; two members of a set that spin on one CPU take a
-// whole spin each per hand-off (benchmarks/wakeup.cc). A record may be stale (its thread has moved
-// since): a yield or a move where none was needed.
+// Where the members' executing threads run: one word per member in the
+// segment, holding 1 + the CPU the member's thread last ran on when it
+// published a phase, submitted a fast-lane op or looked whether it is
+// crowded (any of its threads that does so: the word follows the latest).
+// A waiter whose CPU a member it waits for last recorded is crowded: that
+// member is not running (the waiter is), and if it is queued behind the
+// waiter, spinning only keeps it from running. The scheduler puts threads
+// that wake each other on one CPU and leaves them there while they spin,
+// even with another CPU idle; two members of a set that spin on one CPU
+// take a whole spin each per hand-off (benchmarks/wakeup.cc). A record may
+// be stale (its thread has moved since): a yield or a move where none was
+// needed. Used by the threads that run the member's collectives; the
+// words belong to the segment, which must outlive this.
 class Seats {
  public:
   Seats() = default;
