@@ -5,7 +5,6 @@
 // HierarchicalBackend (shared memory inside each host, the network factory
 // between hosts); every other set (and one whose segment cannot be made)
 // the network factory's backends.
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -434,12 +433,10 @@ class ShmBackendFactory final : public BackendFactory {
 
   shm::ShmTuning tuning(size_t members) const {
     shm::ShmTuning tuning;
-    // The CPUs this process may use (a cpuset narrows them); read once.
-    static const long cpus = [] {
-      cpu_set_t allowed;
-      return sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? static_cast<long>(CPU_COUNT(&allowed))
-                                                                  : sysconf(_SC_NPROCESSORS_ONLN);
-    }();
+    // The host's CPUs, not this process's affinity: a launcher that binds
+    // each rank to a core of its own (mpirun does) leaves one CPU in the
+    // mask while the members still run side by side. Read once.
+    static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     // More members (or ranks of the job on this host) than cores: a
     // spinning waiter takes the core its peer needs.
     const size_t busy = std::max(members, static_cast<size_t>(std::max(options_.host_ranks, 0)));
