@@ -24,6 +24,8 @@ PYTHON_PACKAGES=(
   "cloudpickle cloudpickle "
   "PyYAML pyyaml "
   "pytest pytest "
+  # property-based fuzzing of the Python parsers (tests/python/test_security.py)
+  "hypothesis hypothesis "
   "mpi4py mpi4py "
   "matplotlib matplotlib "
   # hora.spark, with the Spark Connect client (pandas, pyarrow, gRPC);

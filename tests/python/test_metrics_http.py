@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from fault_checks import describe, results_of
 
+from hora.common import metrics_http
 from hora.common.metrics_http import exposition, ranks_label
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -238,3 +239,76 @@ def test_exposition_escapes_labels_and_writes_booleans_and_floats():
     assert samples[("hora_set_broken", pairs)] == 1
     assert samples[("hora_stalls_total", pairs)] == 2
     assert "# TYPE hora_set_broken gauge" in text
+
+
+IDLE_CLIENT_THEN_SHUTDOWN = """
+import socket, threading, time
+import hora.numpy as hvd
+from hora.common import metrics_http
+hvd.init()
+print('ADDRESS', metrics_http.serving_address())
+idle = socket.create_connection(('127.0.0.1', metrics_http.serving_port()))   # connects, says nothing
+time.sleep(0.3)   # the server has accepted it
+started = time.monotonic()
+stopping = threading.Thread(target=hvd.shutdown, daemon=True)
+stopping.start()
+stopping.join(10)
+print('SHUTDOWN', 'hung' if stopping.is_alive() else round(time.monotonic() - started, 3), flush=True)
+import os
+os._exit(0)
+"""
+
+
+def test_shutdown_returns_at_once_with_an_idle_client_connected():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = run_alone(IDLE_CLIENT_THEN_SHUTDOWN, HORA_METRICS_PORT=str(port))
+    assert run.returncode == 0, describe(run)
+    seconds = re.search(r"^SHUTDOWN (\S+)$", run.stdout, re.M).group(1)
+    assert seconds != "hung" and float(seconds) < 2.0, describe(run)
+
+
+def test_an_idle_client_neither_blocks_a_scrape_nor_stays_connected(monkeypatch):
+    monkeypatch.setattr(metrics_http._MetricsHandler, "timeout", 2.0)
+    server = metrics_http.MetricsServer(0)
+    try:
+        port = server._server.server_address[1]
+        with socket.create_connection(("127.0.0.1", port)) as idle:
+            connected = time.monotonic()
+            time.sleep(0.1)
+            assert status_of(f"http://127.0.0.1:{port}/other") == 404   # answered beside the idle one
+            assert time.monotonic() - connected < 1.0
+            idle.settimeout(10)
+            assert idle.recv(1) == b""    # the server closed it after its request time
+            assert 1.5 < time.monotonic() - connected < 4.0
+    finally:
+        started = time.monotonic()
+        server.stop()
+        assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("value, address", [(None, "127.0.0.1"), ("", "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_the_endpoint_listens_on_loopback_unless_told_otherwise(value, address):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environment = {"HORA_METRICS_PORT": str(port)}
+    if value is not None:
+        environment["HORA_METRICS_ADDR"] = value
+    env = {k: v for k, v in os.environ.items() if k != "HORA_METRICS_ADDR"}
+    run = subprocess.run([sys.executable, "-c", ONE_OP + "print('ADDRESS', metrics_http.serving_address())\n"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO, env=dict(env, **environment))
+    assert run.returncode == 0, describe(run)
+    assert f"ADDRESS {address}" in run.stdout, describe(run)
+
+
+def test_an_address_the_host_does_not_have_warns_and_the_job_runs_on():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = run_alone(ONE_OP, HORA_METRICS_PORT=str(port), HORA_METRICS_ADDR="192.0.2.1")
+    assert run.returncode == 0, describe(run)
+    assert "SUM [1.0, 1.0]" in run.stdout and "PORT None" in run.stdout, describe(run)
+    assert (f"hora: WARNING: HORA_METRICS_PORT={port}: cannot serve this rank's metrics on "
+            f"HORA_METRICS_ADDR=192.0.2.1 port {port} (") in run.stderr, describe(run)

@@ -36,6 +36,7 @@ def init(comm=None, process_sets=None):
     if _core.is_initialized():
         return
     metrics_port = _metrics_http.port_from_environment()
+    metrics_address = _metrics_http.address_from_environment()
     mpi_communicator, world_ranks = _mpi.world_arguments(comm)
     _mpi.on_init(comm)
     try:
@@ -56,7 +57,7 @@ def init(comm=None, process_sets=None):
     _report_uncaught_exceptions()
     _interrupts.install(_core.rank())
     _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
-    _metrics_http.start(metrics_port, _core.local_rank())
+    _metrics_http.start(metrics_port, _core.local_rank(), metrics_address)
     _monitor.start(_core.rank())
 
 

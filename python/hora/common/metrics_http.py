@@ -1,12 +1,15 @@
 """HORA_METRICS_PORT=P: each rank serves the counters of the process sets it
 belongs to (hvd.metrics()) at http://<host>:(P + local_rank)/metrics, in
-Prometheus' text exposition format (docs/observability.md).
+Prometheus' text exposition format (docs/observability.md). It listens on
+HORA_METRICS_ADDR, by default the loopback address only.
 
 The format is written here directly, with the standard library's
-http.server in a daemon thread, rather than with prometheus-client: it is a
-few dozen lines, and every rank's environment stays free of one more
-package. The server answers one scrape at a time; a scrape reads the
-counters under the runtime's lock and never waits for an op.
+http.server, rather than with prometheus-client: it is a few dozen lines,
+and every rank's environment stays free of one more package. Each
+connection gets a daemon thread of its own and REQUEST_SECONDS to send its
+request, so neither a slow scraper nor an idle connection holds up the
+others or hvd.shutdown(); a scrape reads the counters under the runtime's
+lock and never waits for an op.
 """
 
 import http.server
@@ -19,6 +22,12 @@ from hora import _core
 from hora.common import telemetry
 
 PORT_VARIABLE = "HORA_METRICS_PORT"
+ADDRESS_VARIABLE = "HORA_METRICS_ADDR"
+DEFAULT_ADDRESS = "127.0.0.1"
+# How long a connection may take to send its request, and how long
+# stop() waits for the serving thread.
+REQUEST_SECONDS = 5.0
+STOP_SECONDS = 1.0
 LAST_PORT = 65535
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -62,6 +71,13 @@ def port_from_environment():
         raise ValueError(f"{PORT_VARIABLE} must be a port number from 1 to {LAST_PORT} "
                          f"(each rank serves on it plus its local rank), got {text!r}")
     return port
+
+
+def address_from_environment():
+    """The address HORA_METRICS_ADDR asks the ranks to listen on; the
+    loopback address when it is unset or empty (0.0.0.0 serves every
+    interface, for a scraper on another host)."""
+    return os.environ.get(ADDRESS_VARIABLE, "").strip() or DEFAULT_ADDRESS
 
 
 def ranks_label(ranks):
@@ -120,6 +136,8 @@ def _current_exposition():
 
 
 class _MetricsHandler(http.server.BaseHTTPRequestHandler):
+    timeout = REQUEST_SECONDS   # the socket's timeout: a silent client is dropped
+
     def do_GET(self):  # noqa: N802 (http.server's name)
         if self.path.split("?")[0] != "/metrics":
             self._reply(404, "text/plain; charset=utf-8", "hora serves its metrics at /metrics\n")
@@ -143,14 +161,21 @@ class _MetricsHandler(http.server.BaseHTTPRequestHandler):
         pass  # one line per scrape on every rank's stderr would drown the job's output
 
 
+class _ThreadingServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True       # a connection in progress never keeps the rank alive
+    block_on_close = False      # and server_close() does not wait for it
+
+
 class MetricsServer:
     """The HTTP server of one rank. Started by hvd.init(), stopped by
-    hvd.shutdown() before the runtime stops; serves on its own daemon
-    thread, one request at a time."""
+    hvd.shutdown() before the runtime stops. Accepts on its own daemon
+    thread and answers each connection on a daemon thread of its own;
+    stop() returns within about STOP_SECONDS whatever the clients do."""
 
-    def __init__(self, port):
+    def __init__(self, port, address=DEFAULT_ADDRESS):
         self.port = port
-        self._server = http.server.HTTPServer(("", port), _MetricsHandler)
+        self._server = _ThreadingServer((address, port), _MetricsHandler)
+        self.address = self._server.server_address[0]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": None},
                                         name="hora-metrics-http", daemon=True)
         self._thread.start()
@@ -162,9 +187,11 @@ class MetricsServer:
             self._server.socket.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._server.shutdown()
+        stopping = threading.Thread(target=self._server.shutdown, daemon=True, name="hora-metrics-stop")
+        stopping.start()
+        stopping.join(STOP_SECONDS)
         self._server.server_close()
-        self._thread.join()
+        self._thread.join(STOP_SECONDS)
 
 
 _server = None
@@ -175,9 +202,10 @@ def _warn(text):
     sys.stderr.flush()
 
 
-def start(base_port, local_rank):
-    """Serves this rank's metrics on ``base_port + local_rank``; a port that
-    is out of range or taken gives a warning, not an error: the job runs on
+def start(base_port, local_rank, address=DEFAULT_ADDRESS):
+    """Serves this rank's metrics on ``address``, port ``base_port +
+    local_rank``; a port that is out of range or taken, or an address this
+    host cannot listen on, gives a warning, not an error: the job runs on
     without this rank's endpoint."""
     global _server
     stop()
@@ -189,9 +217,10 @@ def start(base_port, local_rank):
               f"past {LAST_PORT}; this rank serves none")
         return
     try:
-        _server = MetricsServer(port)
+        _server = MetricsServer(port, address)
     except OSError as error:
-        _warn(f"{PORT_VARIABLE}={base_port}: cannot serve this rank's metrics on port {port} "
+        where = f"port {port}" if address == DEFAULT_ADDRESS else f"{ADDRESS_VARIABLE}={address} port {port}"
+        _warn(f"{PORT_VARIABLE}={base_port}: cannot serve this rank's metrics on {where} "
               f"({error.strerror or error}); the job runs on without them")
 
 
@@ -206,3 +235,8 @@ def stop():
 def serving_port():
     """The port this rank serves its metrics on, or None."""
     return _server.port if _server is not None else None
+
+
+def serving_address():
+    """The address this rank listens on for its metrics, or None."""
+    return _server.address if _server is not None else None

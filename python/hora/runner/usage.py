@@ -34,6 +34,8 @@ ENVIRONMENT = [
      "seconds (horarun --monitor sets it)", "none"),
     ("HORA_METRICS_PORT", None, "serve each rank's per-set counters in the Prometheus text format on this port "
      "plus its local rank (docs/observability.md)", "none"),
+    ("HORA_METRICS_ADDR", None, "the address each rank's metrics endpoint listens on (0.0.0.0: every "
+     "interface, for a scraper on another host)", "127.0.0.1"),
     ("HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "network interfaces, comma-separated, in order of "
      "preference: a rank listens on the address of the first its host has (horarun --network-interfaces "
      "sets it)", "the address horarun gives the rank"),
