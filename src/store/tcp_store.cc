@@ -2,6 +2,8 @@
 // docs/rendezvous.md; its encoding lives in store_protocol.{h,cc}.
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <charconv>
 #include <cstdio>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include "hora/errors.h"
 #include "hora/store.h"
 #include "net/codec.h"
+#include "net/hmac.h"
 #include "net/socket.h"
 #include "store/store_protocol.h"
 
@@ -83,7 +86,7 @@ class Connection {
  public:
   explicit Connection(net::Socket socket) : socket_(std::move(socket)) {}
 
-  void send_all(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
+  void send_all(std::span<const uint8_t> bytes, Clock::time_point deadline) {
     try {
       socket_.send_all(bytes, deadline, kServer);
     } catch (const Error& e) {
@@ -110,7 +113,7 @@ class Connection {
   // the next exchange reads them before its own.
   int& unread_replies() { return unread_replies_; }
 
- private:
+  // Reads exactly n bytes; throws as recv_frame does.
   void recv_exact(uint8_t* out, size_t n, Clock::time_point deadline) {
     try {
       socket_.recv_exact(out, n, deadline, kServer);
@@ -122,17 +125,46 @@ class Connection {
     }
   }
 
+ private:
   net::Socket socket_;
   bool timed_out_ = false;
   int unread_replies_ = 0;
 };
 
-// Connects to host:port, retrying until `deadline`; throws hora::Timeout.
-Connection open_connection(const std::string& host, int port, Clock::time_point deadline) {
+// Connects to host:port, retrying until `deadline`, and proves the job's
+// secret to the server, which proves it back (docs/rendezvous.md, "The
+// handshake"). Throws hora::Timeout when the server cannot be reached,
+// InvalidArgument when it refuses the secret or cannot prove it holds it,
+// ConnectionLost when the connection breaks during the handshake.
+Connection open_connection(const std::string& host, int port, const std::string& secret,
+                           Clock::time_point deadline) {
   net::ConnectOptions options;
   options.deadline = deadline;
   options.retry = true;
-  return Connection(net::connect_to(host, port, kServer, options));
+  Connection connection(net::connect_to(host, port, kServer, options));
+  const std::string where = host + ":" + std::to_string(port);
+  try {
+    std::array<uint8_t, kChallengeBytes> challenge;
+    connection.recv_exact(challenge.data(), challenge.size(), deadline);
+    const net::Nonce server_nonce = decode_challenge(challenge);
+    const net::Nonce client_nonce = net::random_nonce();
+    const auto proof = encode_proof(secret, server_nonce, client_nonce);
+    connection.send_all({proof.begin(), proof.end()}, deadline);
+    std::array<uint8_t, kAnswerBytes> answer;
+    connection.recv_exact(answer.data(), answer.size(), deadline);
+    if (check_answer(answer, secret, server_nonce, client_nonce) == Status::kBadSecret) {
+      throw InvalidArgument("the rendezvous server at " + where +
+                            " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
+                            "horarun gave this job");
+    }
+  } catch (const Internal& e) {
+    throw InvalidArgument("the rendezvous server at " + where + " failed the handshake: " + e.what());
+  } catch (const ConnectionLost& lost) {
+    if (connection.timed_out()) throw Timeout("no answer to the handshake from the rendezvous server at " + where);
+    throw PeerFailure("the rendezvous server at " + where + " closed the connection during the handshake: " +
+                      lost.what());
+  }
+  return connection;
 }
 
 // --- the store -------------------------------------------------------------
@@ -153,10 +185,10 @@ class TcpStore final : public Store {
   // the same connection, which the server answers in order.
   void post(const std::string& key, const std::vector<uint8_t>& value) override {
     check_value(key, value);
-    const std::vector<uint8_t> frame = encode_request(secret_, {Command::kSet, 0, {key}, value});
+    const std::vector<uint8_t> frame = encode_request({Command::kSet, 0, {key}, value});
     const auto deadline = deadline_after(kConnectTimeout);
     std::optional<Connection> connection = take_idle();
-    if (!connection) connection.emplace(open_connection(host_, port_, deadline));
+    if (!connection) connection.emplace(open_connection(host_, port_, secret_, deadline));
     try {
       connection->send_all(frame, deadline);
     } catch (const ConnectionLost& lost) {
@@ -233,13 +265,13 @@ class TcpStore final : public Store {
   // Each call uses an idle connection of its own (opening one if none is
   // idle), so a blocking get() in one thread never holds up another thread.
   Reply call(const Request& request, milliseconds budget) {
-    const std::vector<uint8_t> frame = encode_request(secret_, request);
+    const std::vector<uint8_t> frame = encode_request(request);
     const auto connect_deadline = deadline_after(std::max(budget, kMinConnectTimeout));
     const auto reply_deadline = deadline_after(std::min(budget, milliseconds::max() - kReplySlack) +
                                                kReplySlack);
     std::optional<Connection> connection = take_idle();
     const bool reused = connection.has_value();
-    if (!reused) connection.emplace(open_connection(host_, port_, connect_deadline));
+    if (!reused) connection.emplace(open_connection(host_, port_, secret_, connect_deadline));
     try {
       Reply reply = check_refusal(exchange(*connection, frame, reply_deadline));
       give_back(std::move(*connection));
@@ -250,7 +282,7 @@ class TcpStore final : public Store {
         throw_lost_connection(lost, connection->timed_out());
     }
     // The connection had broken since its last use: reconnect once and resend.
-    connection.emplace(open_connection(host_, port_, connect_deadline));
+    connection.emplace(open_connection(host_, port_, secret_, connect_deadline));
     try {
       Reply reply = check_refusal(exchange(*connection, frame, reply_deadline));
       give_back(std::move(*connection));

@@ -1,250 +1,473 @@
-// The rendezvous server's side of docs/rendezvous.md, in C++: it decodes
-// requests with store_protocol::decode_request and answers with its
-// encoders.
+// The rendezvous server's side of docs/rendezvous.md: one thread, an epoll
+// loop over the listener and every connection. What a connection's bytes
+// mean and what a request does is store_session.h's; this file moves bytes,
+// keeps the requests that wait for keys, and enforces the deadlines and the
+// connection limit.
 #include "store/tcp_store_server.h"
 
-#include <charconv>
-#include <condition_variable>
-#include <list>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <vector>
+#include <unordered_map>
 
 #include "hora/errors.h"
-#include "net/codec.h"
 #include "net/socket.h"
-#include "store/store_protocol.h"
+#include "store/store_session.h"
+#include "util/log.h"
 
 namespace hora {
 namespace {
 
 using net::Clock;
-
-using store_protocol::Command;
-using store_protocol::Refusal;
+using store_protocol::Reply;
 using store_protocol::Request;
-using store_protocol::Status;
-using store_protocol::kMaxFrameBytes;
-using store_protocol::kMaxSecretBytes;
-using store_protocol::kNoTimeoutMs;
+using store_protocol::ServerSession;
+using store_protocol::StoreData;
 
-// One reply frame: the u32 payload length, then the payload.
-std::vector<uint8_t> reply_frame(Status status, std::vector<uint8_t> value) {
-  const std::vector<uint8_t> payload = store_protocol::encode_reply({status, std::move(value)});
-  std::vector<uint8_t> frame(4);
-  net::store_u32_le(frame.data(), static_cast<uint32_t>(payload.size()));
-  frame.insert(frame.end(), payload.begin(), payload.end());
-  return frame;
-}
-
-// A decimal integer, surrounding whitespace allowed (as the Python server).
-int64_t parse_integer(const std::vector<uint8_t>& bytes, const char* what) {
-  std::string text(bytes.begin(), bytes.end());
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  const size_t last = text.find_last_not_of(" \t\r\n");
-  text = first == std::string::npos ? "" : text.substr(first, last - first + 1);
-  if (!text.empty() && text[0] == '+') text.erase(0, 1);
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    throw Refusal{Status::kBadRequest, std::string(what) + " '" + text.substr(0, 40) + "' is not a decimal integer"};
-  }
-  return value;
-}
-
-constexpr char kClient[] = "a rendezvous client";
 constexpr Clock::time_point kNever = Clock::time_point::max();
+// epoll's tags for the two descriptors that are not connections.
+constexpr uint64_t kListenerTag = 0;
+constexpr uint64_t kWakeupTag = 1;
+// How long accepting pauses when the process is out of descriptors.
+constexpr std::chrono::milliseconds kAcceptPause{100};
+// The least time between two warnings of one kind.
+constexpr std::chrono::seconds kWarningInterval{10};
+// Requests one connection may have served in a row before others get a turn.
+constexpr int kRequestsPerTurn = 16;
+
+// Keepalive: a peer whose host vanished is noticed within about two minutes.
+void keep_alive(int fd) {
+  const int on = 1, idle = 60, interval = 10, count = 6;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+// A warning at most once per kWarningInterval, with the count of those
+// left out in between.
+class RateLimitedWarning {
+ public:
+  void warn(const std::string& text) {
+    const auto now = Clock::now();
+    if (now < next_) {
+      ++suppressed_;
+      return;
+    }
+    log_warning(text + (suppressed_ ? " (" + std::to_string(suppressed_) + " more since the last warning)" : ""));
+    suppressed_ = 0;
+    next_ = now + kWarningInterval;
+  }
+
+ private:
+  Clock::time_point next_{};
+  size_t suppressed_ = 0;
+};
 
 }  // namespace
 
 struct TcpStoreServer::State {
-  std::string secret;
-  std::optional<net::Listener> listener;
-  net::Wakeup stop;
-  std::thread acceptor;
+  // One client connection: its bytes in (session), its replies out, and the
+  // request it waits on, if any.
+  struct Connection {
+    Connection(uint64_t id_, int fd, const std::string& secret)
+        : id(id_), socket(fd), session(secret, net::random_nonce()) {}
+    const uint64_t id;  // epoll's tag; never reused
+    net::Socket socket;
+    ServerSession session;
+    Clock::time_point deadline = kNever;  // handshake, or a frame in progress
+    std::vector<uint8_t> out;             // bytes still to send
+    size_t sent = 0;
+    bool close_when_sent = false;
+    std::optional<Request> waiting;  // a GET or WAIT whose keys are missing
+    Clock::time_point wait_deadline = kNever;
+    std::multimap<std::string, uint64_t>::iterator waiting_entry;
+    uint32_t interest = 0;  // the epoll events asked for
+  };
+
+  State(const std::string& host, std::string secret_, int port, StoreServerLimits limits_)
+      : secret(std::move(secret_)), limits(limits_), listener(host, port), epoll(epoll_create1(EPOLL_CLOEXEC)) {
+    if (!epoll.valid()) throw Internal(std::string("rendezvous server: epoll_create1: ") + std::strerror(errno));
+    set_nonblocking(listener.fd());
+    watch(listener.fd(), EPOLLIN, kListenerTag);
+    watch(wakeup.fd(), EPOLLIN, kWakeupTag);
+  }
+
+  const std::string secret;
+  const StoreServerLimits limits;
+  net::Listener listener;
+  net::Socket epoll;
+  net::Wakeup wakeup;
+  StoreData data;
+  std::thread thread;
 
   std::mutex mutex;
-  std::condition_variable changed;
-  bool stopping = false;
-  std::map<std::string, std::vector<uint8_t>> data;  // guarded by mutex
-  struct Connection {
-    net::Socket socket;
-    std::thread thread;
-    bool done = false;
-  };
-  std::list<Connection> connections;  // guarded by mutex
+  bool stopping = false;                  // guarded by mutex
+  std::vector<std::string> owner_changes;  // keys set by the owner; guarded by mutex
 
-  void set(const std::string& key, std::vector<uint8_t> value) {
-    std::lock_guard<std::mutex> lock(mutex);
-    data[key] = std::move(value);
-    changed.notify_all();
-  }
-  void accept_loop();
-  void serve(Connection* connection);
-  std::pair<Status, std::vector<uint8_t>> execute(const Request& request);
-  std::vector<std::string> wait_for(const std::vector<std::string>& keys, uint32_t timeout_ms);
-  void reap_finished();  // mutex held
+  // The loop thread's alone.
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections;
+  std::multimap<std::string, uint64_t> waiters;  // a missing key -> the connection waiting on it
+  uint64_t next_id = 2;
+  bool accepting = true;
+  Clock::time_point accept_resumes = kNever;
+  RateLimitedWarning full_warning, accept_warning;
+
+  static void set_nonblocking(int fd);
+  void watch(int fd, uint32_t events, uint64_t tag);
+  void run();
+  bool drain_wakeup();  // false once stopping
+  void accept_all();
+  void on_event(uint64_t id, uint32_t events);
+  void read_requests(uint64_t id, Connection& c);
+  void execute(uint64_t id, Connection& c);
+  void wait_for_keys(uint64_t id, Connection& c, Clock::time_point now);
+  void keys_changed(const std::string& key);
+  void send_queued(uint64_t id, Connection& c);
+  void update_interest(Connection& c);
+  void enforce_deadlines();
+  void close(uint64_t id);
+  Clock::time_point next_deadline() const;
 };
 
-void TcpStoreServer::State::accept_loop() {
+void TcpStoreServer::State::set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+void TcpStoreServer::State::watch(int fd, uint32_t events, uint64_t tag) {
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = tag;
+  if (epoll_ctl(epoll.fd(), EPOLL_CTL_ADD, fd, &event) != 0) {
+    throw Internal(std::string("rendezvous server: epoll_ctl: ") + std::strerror(errno));
+  }
+}
+
+void TcpStoreServer::State::run() {
+  epoll_event events[64];
   for (;;) {
-    net::Socket socket;
-    try {
-      socket = listener->accept(kNever, stop.fd());
-    } catch (const Error&) {
-      // Out of descriptors or memory for now: let connections finish.
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      continue;
+    const int n = epoll_wait(epoll.fd(), events, 64, net::poll_timeout_ms(next_deadline()));
+    if (n < 0 && errno != EINTR) {
+      log_warning(std::string("rendezvous server: epoll_wait: ") + std::strerror(errno));
+      std::this_thread::sleep_for(kAcceptPause);
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!socket.valid() || stopping) return;
-    reap_finished();
-    Connection& connection = connections.emplace_back(Connection{std::move(socket), {}, false});
-    connection.thread = std::thread([this, c = &connection] { serve(c); });
-  }
-}
-
-void TcpStoreServer::State::reap_finished() {
-  for (auto it = connections.begin(); it != connections.end();) {
-    if (!it->done) {
-      ++it;
-      continue;
-    }
-    it->thread.join();
-    it = connections.erase(it);
-  }
-}
-
-void TcpStoreServer::State::serve(Connection* connection) {
-  net::Socket& socket = connection->socket;
-  try {
-    for (;;) {
-      uint8_t header[4];
-      socket.recv_exact(header, 4, kNever, kClient);
-      const uint32_t length = net::load_u32_le(header);
-      std::optional<Refusal> refusal;
-      std::pair<Status, std::vector<uint8_t>> reply;
-      if (length > kMaxFrameBytes) {
-        refusal = Refusal{Status::kBadRequest, "frame of " + std::to_string(length) + " bytes exceeds " +
-                                                  std::to_string(kMaxFrameBytes) + " bytes"};
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kWakeupTag) {
+        if (!drain_wakeup()) return;
+      } else if (tag == kListenerTag) {
+        accept_all();
       } else {
-        std::vector<uint8_t> payload(length);
-        socket.recv_exact(payload.data(), length, kNever, kClient);
-        try {
-          reply = execute(store_protocol::decode_request(payload, secret));
-        } catch (const Refusal& r) {
-          refusal = r;
-        }
+        on_event(tag, events[i].events);
       }
-      if (refusal) {
-        socket.send_all(reply_frame(refusal->status, {refusal->message.begin(), refusal->message.end()}), kNever,
-                        kClient);
-        socket.shutdown(/*write_only=*/true);  // the client reads the refusal, then sees the close
-        break;
-      }
-      socket.send_all(reply_frame(reply.first, std::move(reply.second)), kNever, kClient);
     }
-  } catch (...) {
-    // A client that left or misbehaved (or no memory for its request): drop
-    // it, keep serving others.
+    enforce_deadlines();
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  connection->done = true;
 }
 
-std::pair<Status, std::vector<uint8_t>> TcpStoreServer::State::execute(const Request& request) {
-  const std::string key = request.keys.empty() ? "" : request.keys[0];
-  switch (request.command) {
-    case Command::kPing:
-      return {Status::kOk, {}};
-    case Command::kSet:
-      set(key, request.value);
-      return {Status::kOk, {}};
-    case Command::kAdd: {
-      const int64_t delta = parse_integer(request.value, "ADD delta");
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = data.find(key);
-      const int64_t current = it == data.end() ? 0 : parse_integer(it->second, "value of the key");
-      const std::string text = std::to_string(current + delta);
-      data[key] = std::vector<uint8_t>(text.begin(), text.end());
-      changed.notify_all();
-      return {Status::kOk, data[key]};
-    }
-    default:
-      break;
-  }
-  const std::vector<std::string> missing = wait_for(request.keys, request.timeout_ms);
-  if (request.command == Command::kGet) {
-    if (!missing.empty()) return {request.timeout_ms == 0 ? Status::kNotFound : Status::kTimeout, {}};
+bool TcpStoreServer::State::drain_wakeup() {
+  wakeup.clear();
+  std::vector<std::string> changed;
+  {
     std::lock_guard<std::mutex> lock(mutex);
-    return {Status::kOk, data[key]};
+    if (stopping) {
+      // Requests that wait for keys end now, as if their time had run out.
+      for (auto& [id, c] : connections) {
+        if (!c->waiting || !c->out.empty()) continue;
+        const std::vector<uint8_t> frame = store_protocol::reply_frame(data.expired(*c->waiting));
+        (void)send(c->socket.fd(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      }
+      return false;
+    }
+    changed.swap(owner_changes);
   }
-  if (!missing.empty()) return {Status::kTimeout, store_protocol::encode_keys(missing)};
-  return {Status::kOk, {}};
+  for (const std::string& key : changed) keys_changed(key);
+  return true;
 }
 
-std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::string>& keys,
-                                                         uint32_t timeout_ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::unique_lock<std::mutex> lock(mutex);
-  for (;;) {
-    std::vector<std::string> missing;
-    for (const std::string& key : keys)
-      if (data.count(key) == 0) missing.push_back(key);
-    if (missing.empty() || stopping) return missing;
-    if (timeout_ms == kNoTimeoutMs) {
-      changed.wait(lock);
-    } else if (Clock::now() >= deadline) {
-      return missing;
-    } else {
-      changed.wait_until(lock, deadline);
+void TcpStoreServer::State::accept_all() {
+  while (accepting) {
+    const int fd = accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return;
+      // Out of descriptors or memory: stop accepting for a moment, so the
+      // waiting connection does not spin the loop; serve the others.
+      accept_warning.warn(std::string("rendezvous server: cannot accept a connection: ") + std::strerror(errno) +
+                          "; pausing new connections for " + std::to_string(kAcceptPause.count()) + " ms");
+      epoll_ctl(epoll.fd(), EPOLL_CTL_DEL, listener.fd(), nullptr);
+      accepting = false;
+      accept_resumes = Clock::now() + kAcceptPause;
+      return;
+    }
+    if (connections.size() >= limits.max_connections) {
+      ::close(fd);
+      full_warning.warn("rendezvous server: " + std::to_string(connections.size()) +
+                        " connections are open, its limit; closing new ones until some end");
+      continue;
+    }
+    keep_alive(fd);
+    const uint64_t id = next_id++;
+    try {
+      auto connection = std::make_unique<Connection>(id, fd, secret);
+      Connection& c = *connection;
+      connections.emplace(id, std::move(connection));
+      c.deadline = Clock::now() + limits.handshake_timeout;
+      const auto challenge = c.session.challenge();
+      c.out.assign(challenge.begin(), challenge.end());
+      watch(fd, EPOLLIN, id);
+      c.interest = EPOLLIN;
+      send_queued(id, c);
+    } catch (const std::exception& e) {
+      // One connection that cannot be set up (memory, no random bytes)
+      // is dropped; the server goes on.
+      accept_warning.warn(std::string("rendezvous server: dropping a new connection: ") + e.what());
+      if (connections.count(id)) {
+        close(id);
+      } else {
+        ::close(fd);
+      }
     }
   }
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, std::string secret, int port)
-    : state_(std::make_unique<State>()) {
-  if (secret.empty() || secret.size() > kMaxSecretBytes) {
-    throw InvalidArgument("rendezvous server: the secret must be 1.." + std::to_string(kMaxSecretBytes) + " bytes");
-  }
-  state_->secret = std::move(secret);
+void TcpStoreServer::State::on_event(uint64_t id, uint32_t events) {
+  auto it = connections.find(id);
+  if (it == connections.end()) return;  // closed earlier in this round
+  Connection& c = *it->second;
   try {
-    state_->listener.emplace(host, port);
+    if (events & EPOLLERR) return close(id);
+    if (!c.out.empty()) {
+      send_queued(id, c);
+      return;
+    }
+    if (c.waiting) {
+      // Only EPOLLRDHUP/EPOLLHUP are asked for while waiting: the client left.
+      return close(id);
+    }
+    read_requests(id, c);
+  } catch (const std::exception&) {
+    // A client whose request cannot be served (no memory for it): drop it.
+    close(id);
+  }
+}
+
+// Reads what the session asks for until the socket has nothing more, a
+// request must wait or its reply cannot be sent at once, or the connection
+// has had its turn.
+void TcpStoreServer::State::read_requests(uint64_t id, Connection& c) {
+  for (int served = 0; served < kRequestsPerTurn;) {
+    const std::span<uint8_t> space = c.session.space();
+    const ssize_t n = recv(c.socket.fd(), space.data(), space.size(), MSG_DONTWAIT);
+    if (n == 0) return close(id);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      return close(id);
+    }
+    const ServerSession::Event event = c.session.received(static_cast<size_t>(n));
+    if (!c.session.authenticated()) continue;  // keeps the handshake deadline
+    c.deadline = c.session.mid_unit() ? Clock::now() + limits.frame_timeout : kNever;
+    switch (event) {
+      case ServerSession::Event::kNone:
+        continue;
+      case ServerSession::Event::kAuthenticated:
+        c.out = c.session.output();
+        break;
+      case ServerSession::Event::kRefused:
+        c.out = c.session.output();
+        c.close_when_sent = true;
+        break;
+      case ServerSession::Event::kRequest:
+        ++served;
+        execute(id, c);
+        break;
+    }
+    if (!connections.count(id)) return;
+    if (!c.out.empty()) {
+      send_queued(id, c);
+      if (!connections.count(id)) return;
+    }
+    if (!c.out.empty() || c.waiting) break;
+  }
+  update_interest(c);
+}
+
+void TcpStoreServer::State::execute(uint64_t id, Connection& c) {
+  const Request& request = c.session.request();
+  std::optional<Reply> reply;
+  try {
+    reply = data.execute(request);
+  } catch (const store_protocol::Refusal& refusal) {
+    c.out = store_protocol::reply_frame({refusal.status, {refusal.message.begin(), refusal.message.end()}});
+    c.close_when_sent = true;
+    return;
+  }
+  if (!reply) {
+    c.waiting = request;
+    wait_for_keys(id, c, Clock::now());
+    return;
+  }
+  c.out = store_protocol::reply_frame(*reply);
+  if (request.command == store_protocol::Command::kSet || request.command == store_protocol::Command::kAdd) {
+    keys_changed(request.keys[0]);
+  }
+}
+
+// Starts (or continues) the wait of `c`'s request: registers it under the
+// first of its keys that is missing.
+void TcpStoreServer::State::wait_for_keys(uint64_t id, Connection& c, Clock::time_point now) {
+  const std::optional<std::string> missing = data.first_missing(c.waiting->keys);
+  if (!missing) {
+    c.out = store_protocol::reply_frame(*data.execute(*c.waiting));
+    c.waiting.reset();
+    return;
+  }
+  if (c.wait_deadline == kNever && c.waiting->timeout_ms != store_protocol::kNoTimeoutMs) {
+    c.wait_deadline = now + std::chrono::milliseconds(c.waiting->timeout_ms);
+  }
+  c.waiting_entry = waiters.emplace(*missing, id);
+}
+
+void TcpStoreServer::State::keys_changed(const std::string& key) {
+  const auto [first, last] = waiters.equal_range(key);
+  std::vector<uint64_t> woken;
+  for (auto it = first; it != last; ++it) woken.push_back(it->second);
+  waiters.erase(first, last);
+  for (const uint64_t id : woken) {
+    auto it = connections.find(id);
+    if (it == connections.end()) continue;
+    Connection& c = *it->second;
+    wait_for_keys(id, c, Clock::now());
+    if (c.waiting) continue;
+    c.wait_deadline = kNever;
+    send_queued(id, c);
+  }
+}
+
+void TcpStoreServer::State::send_queued(uint64_t id, Connection& c) {
+  while (c.sent < c.out.size()) {
+    const ssize_t n = send(c.socket.fd(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0) return close(id);
+    c.sent += static_cast<size_t>(n);
+  }
+  if (c.sent == c.out.size()) {
+    c.out.clear();
+    c.out.shrink_to_fit();
+    c.sent = 0;
+    if (c.close_when_sent) {
+      // The client reads the refusal, then sees the end of the stream.
+      c.socket.shutdown(/*write_only=*/true);
+      return close(id);
+    }
+  }
+  update_interest(c);
+}
+
+// Reading while idle, writing while a reply is queued, and only noticing a
+// departure while a request waits for keys.
+void TcpStoreServer::State::update_interest(Connection& c) {
+  const uint32_t wanted = !c.out.empty() ? EPOLLOUT : c.waiting ? EPOLLRDHUP : EPOLLIN;
+  if (wanted == c.interest) return;
+  epoll_event event{};
+  event.events = wanted;
+  event.data.u64 = c.id;
+  epoll_ctl(epoll.fd(), EPOLL_CTL_MOD, c.socket.fd(), &event);
+  c.interest = wanted;
+}
+
+void TcpStoreServer::State::enforce_deadlines() {
+  const auto now = Clock::now();
+  if (!accepting && now >= accept_resumes) {
+    accepting = true;
+    accept_resumes = kNever;
+    watch(listener.fd(), EPOLLIN, kListenerTag);
+  }
+  std::vector<uint64_t> silent, expired;
+  for (const auto& [id, c] : connections) {
+    if (now >= c->deadline) silent.push_back(id);
+    else if (c->waiting && now >= c->wait_deadline) expired.push_back(id);
+  }
+  // A client that has not proved the secret in time, or stalls inside a
+  // frame, is dropped.
+  for (const uint64_t id : silent) close(id);
+  for (const uint64_t id : expired) {
+    Connection& c = *connections.at(id);
+    waiters.erase(c.waiting_entry);
+    c.out = store_protocol::reply_frame(data.expired(*c.waiting));
+    c.waiting.reset();
+    c.wait_deadline = kNever;
+    send_queued(id, c);
+  }
+}
+
+void TcpStoreServer::State::close(uint64_t id) {
+  auto it = connections.find(id);
+  if (it == connections.end()) return;
+  if (it->second->waiting) waiters.erase(it->second->waiting_entry);
+  epoll_ctl(epoll.fd(), EPOLL_CTL_DEL, it->second->socket.fd(), nullptr);
+  connections.erase(it);
+}
+
+Clock::time_point TcpStoreServer::State::next_deadline() const {
+  Clock::time_point next = accept_resumes;
+  for (const auto& [id, c] : connections) {
+    next = std::min({next, c->deadline, c->wait_deadline});
+  }
+  return next;
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, std::string secret, int port, StoreServerLimits limits) {
+  if (secret.empty() || secret.size() > store_protocol::kMaxSecretBytes) {
+    throw InvalidArgument("rendezvous server: the secret must be 1.." +
+                          std::to_string(store_protocol::kMaxSecretBytes) + " bytes");
+  }
+  try {
+    state_ = std::make_unique<State>(host, std::move(secret), port, limits);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("rendezvous server: ") + e.what());
   }
-  state_->acceptor = std::thread([s = state_.get()] { s->accept_loop(); });
+  state_->thread = std::thread([s = state_.get()] { s->run(); });
 }
 
 TcpStoreServer::~TcpStoreServer() {
-  State& s = *state_;
   {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.stopping = true;
-    s.changed.notify_all();
-    for (auto& connection : s.connections) connection.socket.shutdown();
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
   }
-  s.stop.signal();
-  if (s.acceptor.joinable()) s.acceptor.join();
-  // No new connection can appear now; serving threads end on the shutdown.
-  for (auto& connection : s.connections) {
-    if (connection.thread.joinable()) connection.thread.join();
-  }
+  state_->wakeup.signal();
+  if (state_->thread.joinable()) state_->thread.join();
+  // The connections close with the state.
 }
 
-int TcpStoreServer::port() const { return state_->listener->port(); }
+int TcpStoreServer::port() const { return state_->listener.port(); }
 
-void TcpStoreServer::set(const std::string& key, std::vector<uint8_t> value) { state_->set(key, std::move(value)); }
+void TcpStoreServer::set(const std::string& key, std::vector<uint8_t> value) {
+  state_->data.set(key, std::move(value));
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->owner_changes.push_back(key);
+  }
+  state_->wakeup.signal();
+}
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>> TcpStoreServer::items_with_prefix(
     const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> items;
-  for (auto it = state_->data.lower_bound(prefix); it != state_->data.end() && it->first.rfind(prefix, 0) == 0; ++it)
-    items.emplace_back(it->first, it->second);
-  return items;
+  return state_->data.items_with_prefix(prefix);
 }
 
 }  // namespace hora

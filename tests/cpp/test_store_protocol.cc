@@ -1,6 +1,7 @@
-// The rendezvous store protocol (docs/rendezvous.md): the request layout;
-// requests that the server decodes only with the job's secret and when well
-// formed (a Refusal naming what was wrong otherwise); replies and key lists
+// The rendezvous store protocol (docs/rendezvous.md): the handshake in which
+// each side proves the job's secret without sending it; the request layout;
+// requests that the server decodes only when well formed (a Refusal naming
+// what was wrong otherwise); replies and key lists
 // that the client decodes only when well formed (hora::Internal otherwise).
 // Never a crash.
 #include <gtest/gtest.h>
@@ -35,34 +36,32 @@ std::string decode_error(Decode decode, const Bytes& bytes) {
 }
 
 TEST(StoreProtocolTest, RequestFrameFollowsTheDocumentedLayout) {
-  const Bytes frame = encode_request("s3cret", {Command::kWait, 1500, {"a", "bc"}, {9, 8, 7}});
+  const Bytes frame = encode_request({Command::kWait, 1500, {"a", "bc"}, {9, 8, 7}});
   ASSERT_EQ(u32_at(frame, 0), frame.size() - 4);
   EXPECT_EQ(frame[4], kVersion);
   EXPECT_EQ(frame[5], static_cast<uint8_t>(Command::kWait));
-  EXPECT_EQ(frame[6] | frame[7] << 8, 6);
-  EXPECT_EQ(std::string(frame.begin() + 8, frame.begin() + 14), "s3cret");
-  EXPECT_EQ(u32_at(frame, 14), 1500u);
-  EXPECT_EQ(u32_at(frame, 18), 2u);
-  EXPECT_EQ(u32_at(frame, 22), 1u);
-  EXPECT_EQ(frame[26], 'a');
-  EXPECT_EQ(u32_at(frame, 27), 2u);
-  EXPECT_EQ(std::string(frame.begin() + 31, frame.begin() + 33), "bc");
-  EXPECT_EQ(u32_at(frame, 33), 3u);
-  EXPECT_EQ(Bytes(frame.begin() + 37, frame.end()), (Bytes{9, 8, 7}));
+  EXPECT_EQ(u32_at(frame, 6), 1500u);
+  EXPECT_EQ(u32_at(frame, 10), 2u);
+  EXPECT_EQ(u32_at(frame, 14), 1u);
+  EXPECT_EQ(frame[18], 'a');
+  EXPECT_EQ(u32_at(frame, 19), 2u);
+  EXPECT_EQ(std::string(frame.begin() + 23, frame.begin() + 25), "bc");
+  EXPECT_EQ(u32_at(frame, 25), 3u);
+  EXPECT_EQ(Bytes(frame.begin() + 29, frame.end()), (Bytes{9, 8, 7}));
 }
 
 const char* const kSecret = "job-secret";
 
 // The payload of a request frame (its length prefix removed).
-Bytes payload_of(const Request& request, const std::string& secret = kSecret) {
-  const Bytes frame = encode_request(secret, request);
+Bytes payload_of(const Request& request) {
+  const Bytes frame = encode_request(request);
   return Bytes(frame.begin() + 4, frame.end());
 }
 
 // The refusal decode_request throws for `payload`; fails the test if none.
 Refusal refusal_of(const Bytes& payload) {
   try {
-    decode_request(payload, kSecret);
+    decode_request(payload);
   } catch (const Refusal& refusal) {
     return refusal;
   }
@@ -83,7 +82,7 @@ TEST(StoreProtocolTest, EveryRequestTheClientEncodesTheServerDecodes) {
                                          {Command::kWait, kNoTimeoutMs, {"a", "b", ""}, {}},
                                          {Command::kPing, 0, {}, {}}};
   for (const Request& sent : requests) {
-    const Request got = decode_request(payload_of(sent), kSecret);
+    const Request got = decode_request(payload_of(sent));
     EXPECT_EQ(got.command, sent.command);
     EXPECT_EQ(got.timeout_ms, sent.timeout_ms);
     EXPECT_EQ(got.keys, sent.keys);
@@ -91,14 +90,56 @@ TEST(StoreProtocolTest, EveryRequestTheClientEncodesTheServerDecodes) {
   }
 }
 
-TEST(StoreProtocolTest, RequestsWithoutTheJobSecretAreRefusedAsBadSecret) {
-  const Request get{Command::kGet, 0, {"k"}, {}};
-  expect_refused(payload_of(get, ""), Status::kBadSecret, "missing or wrong job secret");
-  expect_refused(payload_of(get, "job-secreT"), Status::kBadSecret, "missing or wrong job secret");
-  expect_refused(payload_of(get, "job-secret-and-more"), Status::kBadSecret, "missing or wrong job secret");
-  // A bad request that also lacks the secret learns nothing about the
-  // request's other faults.
-  expect_refused(payload_of({Command::kGet, 0, {"a", "b"}, {}}, "wrong"), Status::kBadSecret, "secret");
+TEST(StoreProtocolTest, TheHandshakeFollowsTheDocumentedLayout) {
+  const net::Nonce server_nonce = net::random_nonce(), client_nonce = net::random_nonce();
+  const auto challenge = encode_challenge(server_nonce);
+  EXPECT_EQ(challenge[0], kVersion);
+  EXPECT_EQ(Bytes(challenge.begin() + 1, challenge.begin() + 4), (Bytes{0, 0, 0}));
+  EXPECT_EQ(decode_challenge(challenge), server_nonce);
+  const auto proof = encode_proof(kSecret, server_nonce, client_nonce);
+  EXPECT_EQ(Bytes(proof.begin(), proof.begin() + 16), Bytes(client_nonce.begin(), client_nonce.end()));
+  // The MAC is HMAC-SHA-256(secret, label, server nonce, client nonce): a
+  // client in any language computes it with its standard library.
+  const net::Digest mac =
+      net::hmac_sha256(net::bytes_of(kSecret), {net::bytes_of("hora store client v2"), server_nonce, client_nonce});
+  EXPECT_EQ(Bytes(proof.begin() + 16, proof.end()), Bytes(mac.begin(), mac.end()));
+  net::Nonce got;
+  ASSERT_TRUE(check_proof(proof, kSecret, server_nonce, got));
+  EXPECT_EQ(got, client_nonce);
+  const auto answer = encode_answer(Status::kOk, kSecret, server_nonce, client_nonce);
+  EXPECT_EQ(check_answer(answer, kSecret, server_nonce, client_nonce), Status::kOk);
+}
+
+TEST(StoreProtocolTest, AProofWithoutTheSecretOrForAnotherChallengeIsRefused) {
+  const net::Nonce server_nonce = net::random_nonce(), client_nonce = net::random_nonce();
+  net::Nonce got;
+  EXPECT_FALSE(check_proof(encode_proof("job-secreT", server_nonce, client_nonce), kSecret, server_nonce, got));
+  EXPECT_FALSE(check_proof(encode_proof("", server_nonce, client_nonce), kSecret, server_nonce, got));
+  // A proof recorded from another connection does not answer this one.
+  EXPECT_FALSE(
+      check_proof(encode_proof(kSecret, net::random_nonce(), client_nonce), kSecret, server_nonce, got));
+  auto flipped = encode_proof(kSecret, server_nonce, client_nonce);
+  flipped[20] ^= 1;
+  EXPECT_FALSE(check_proof(flipped, kSecret, server_nonce, got));
+  EXPECT_FALSE(check_proof(Bytes(10, 0), kSecret, server_nonce, got));
+}
+
+TEST(StoreProtocolTest, AServerThatCannotProveTheSecretIsNotBelieved) {
+  const net::Nonce server_nonce = net::random_nonce(), client_nonce = net::random_nonce();
+  EXPECT_EQ(check_answer(encode_answer(Status::kBadSecret, kSecret, server_nonce, client_nonce), kSecret,
+                         server_nonce, client_nonce),
+            Status::kBadSecret);
+  const auto impostor = encode_answer(Status::kOk, "another-secret", server_nonce, client_nonce);
+  EXPECT_THROW(check_answer(impostor, kSecret, server_nonce, client_nonce), Internal);
+  // The server's proof is not the client's proof sent back.
+  const auto echoed = encode_proof(kSecret, server_nonce, client_nonce);
+  Bytes answer = {0};
+  answer.insert(answer.end(), echoed.begin() + 16, echoed.end());
+  EXPECT_THROW(check_answer(answer, kSecret, server_nonce, client_nonce), Internal);
+  EXPECT_THROW(check_answer(Bytes(5, 0), kSecret, server_nonce, client_nonce), Internal);
+  auto version = encode_challenge(server_nonce);
+  version[0] = 1;
+  EXPECT_THROW(decode_challenge(version), Internal);
 }
 
 TEST(StoreProtocolTest, MalformedRequestsAreRefusedNamingTheFault) {
@@ -113,10 +154,6 @@ TEST(StoreProtocolTest, MalformedRequestsAreRefusedNamingTheFault) {
   Bytes command = good;
   command[1] = 42;
   expect_refused(command, Status::kBadRequest, "unknown command 42");
-  Bytes long_secret = good;
-  long_secret[2] = 0xff;
-  long_secret[3] = 0xff;
-  expect_refused(long_secret, Status::kBadRequest, "secret is too long");
   expect_refused(payload_of({Command::kGet, 0, {"a", "b"}, {}}), Status::kBadRequest, "takes 1..1 keys, got 2");
   expect_refused(payload_of({Command::kSet, 0, {}, {1}}), Status::kBadRequest, "takes 1..1 keys, got 0");
   expect_refused(payload_of({Command::kPing, 0, {"k"}, {}}), Status::kBadRequest, "takes 0..0 keys, got 1");
@@ -124,7 +161,7 @@ TEST(StoreProtocolTest, MalformedRequestsAreRefusedNamingTheFault) {
 
 TEST(StoreProtocolTest, OversizedCountsAndLengthsAreRefusedBeforeAnyAllocation) {
   const Bytes good = payload_of({Command::kSet, 0, {"k"}, {7}});
-  const size_t count_at = 4 + std::strlen(kSecret) + 4;  // after version, command, secret, timeout
+  const size_t count_at = 2 + 4;  // after version, command, timeout
   Bytes many = good;
   many[count_at] = many[count_at + 1] = many[count_at + 2] = 0xff;
   expect_refused(many, Status::kBadRequest, "keys exceed the limit of 4096");
@@ -222,10 +259,10 @@ TEST(StoreProtocolTest, RandomAndMutatedRequestsAreDecodedOrRefusedNeverCrash) {
     const Bytes bytes = mutated(original, rng);
     try {
       // What decodes is exactly what the client would have sent.
-      EXPECT_EQ(payload_of(decode_request(bytes, kSecret)), bytes);
+      EXPECT_EQ(payload_of(decode_request(bytes)), bytes);
       ++decoded;
     } catch (const Refusal& refusal) {
-      EXPECT_TRUE(refusal.status == Status::kBadRequest || refusal.status == Status::kBadSecret);
+      EXPECT_EQ(refusal.status, Status::kBadRequest);
     }
   }
   EXPECT_GT(decoded, 0);

@@ -2,8 +2,12 @@
 // tcp_store_server.cc), which horarun runs for each job and an MPI job's
 // rank 0 runs inside its process.
 
+#include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +21,8 @@
 
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "net/hmac.h"
+#include "net/socket.h"
 #include "store/store_protocol.h"
 #include "store/tcp_store_server.h"
 
@@ -67,6 +73,25 @@ class RawConnection {
   void send(const std::vector<uint8_t>& bytes) {
     ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
   }
+  // Reads the server's challenge and answers it with a proof of `secret`;
+  // returns the status of the server's answer.
+  store_protocol::Status handshake(const std::string& secret) {
+    const std::vector<uint8_t> challenge = read(store_protocol::kChallengeBytes);
+    const net::Nonce server_nonce = store_protocol::decode_challenge(challenge);
+    const net::Nonce client_nonce = net::random_nonce();
+    const auto proof = store_protocol::encode_proof(secret, server_nonce, client_nonce);
+    send({proof.begin(), proof.end()});
+    const std::vector<uint8_t> answer = read(store_protocol::kAnswerBytes);
+    return store_protocol::check_answer(answer, secret, server_nonce, client_nonce);
+  }
+  // Whether the server closes the connection within `timeout` (instead of
+  // sending anything or leaving it open).
+  bool closed_within(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    uint8_t byte = 0;
+    return ::recv(fd_, &byte, 1, MSG_DONTWAIT) == 0;
+  }
   // The next reply frame, decoded; then the server must close.
   store_protocol::Reply refusal_then_close() {
     std::vector<uint8_t> header = read(4);
@@ -77,8 +102,6 @@ class RawConnection {
     EXPECT_EQ(::recv(fd_, &extra, 1, 0), 0) << "the server did not close the connection";
     return reply;
   }
-
- private:
   std::vector<uint8_t> read(size_t n) {
     std::vector<uint8_t> out(n);
     for (size_t got = 0; got < n;) {
@@ -88,6 +111,8 @@ class RawConnection {
     }
     return out;
   }
+
+ private:
   int fd_;
 };
 
@@ -143,12 +168,11 @@ TEST_F(TcpStoreTest, PostedValuesAreSeenByEveryClientAndKeepTheirOrder) {
   EXPECT_EQ(other->get("late", milliseconds(0)), bytes_of("here"));
 }
 
-TEST_F(TcpStoreTest, APostThatIsRefusedFailsTheNextCall) {
+TEST_F(TcpStoreTest, APostWithoutTheSecretFailsAtOnce) {
   auto store = connect("not-the-job-secret");
-  store->post("k", bytes_of("v"));  // returns before the refusal arrives
   try {
-    store->get("k", milliseconds(100));
-    FAIL() << "the refusal of a posted set was lost";
+    store->post("k", bytes_of("v"));  // the handshake comes before the post
+    FAIL() << "a post without the secret was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("secret"), std::string::npos) << e.what();
   }
@@ -290,8 +314,7 @@ TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   using store_protocol::Status;
   auto good = connect();
   good->set("before", bytes_of("1"));
-  const std::vector<uint8_t> set_frame =
-      store_protocol::encode_request(kSecret, {store_protocol::Command::kSet, 0, {"k"}, {'v'}});
+  const std::vector<uint8_t> set_frame = store_protocol::encode_request({store_protocol::Command::kSet, 0, {"k"}, {'v'}});
   const std::vector<uint8_t> payload(set_frame.begin() + 4, set_frame.end());
   struct Case {
     std::string name;
@@ -301,8 +324,6 @@ TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   std::vector<uint8_t> unknown_command = payload, truncated(payload.begin(), payload.end() - 1);
   unknown_command[1] = 99;
   const std::vector<Case> cases = {
-      {"no secret", store_protocol::encode_request("", {store_protocol::Command::kSet, 0, {"k"}, {'v'}}),
-       Status::kBadSecret},
       {"garbage", framed(std::vector<uint8_t>(40, 0xde)), Status::kBadRequest},
       {"empty payload", framed({}), Status::kBadRequest},
       {"unknown command", framed(unknown_command), Status::kBadRequest},
@@ -312,6 +333,7 @@ TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     RawConnection raw(port());
+    ASSERT_EQ(raw.handshake(kSecret), Status::kOk);
     raw.send(c.frame);
     const store_protocol::Reply reply = raw.refusal_then_close();
     EXPECT_EQ(reply.status, c.status) << std::string(reply.value.begin(), reply.value.end());
@@ -319,6 +341,7 @@ TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   }
   {
     RawConnection half(port());
+    ASSERT_EQ(half.handshake(kSecret), Status::kOk);
     half.send({0x10, 0x00});  // half a length prefix, then gone
   }
   // Nothing was stored, and the client that was connected all along, and a
@@ -327,6 +350,197 @@ TEST_F(TcpStoreTest, MalformedFramesAreRefusedAndClosedWhileOthersAreServed) {
   EXPECT_EQ(good->get("before", milliseconds(1000)), bytes_of("1"));
   EXPECT_EQ(connect()->get("before", milliseconds(1000)), bytes_of("1"));
 }
+
+TEST_F(TcpStoreTest, AClientWithoutTheSecretIsRefusedAtTheHandshake) {
+  RawConnection raw(port());
+  EXPECT_EQ(raw.handshake("not-the-job-secret"), store_protocol::Status::kBadSecret);
+  EXPECT_TRUE(raw.closed_within(milliseconds(5000)));
+  // A proof made for another connection's challenge is refused too.
+  RawConnection first(port()), second(port());
+  const net::Nonce first_nonce = store_protocol::decode_challenge(first.read(store_protocol::kChallengeBytes));
+  second.read(store_protocol::kChallengeBytes);
+  const auto proof = store_protocol::encode_proof(kSecret, first_nonce, net::random_nonce());
+  second.send({proof.begin(), proof.end()});
+  EXPECT_EQ(second.read(store_protocol::kAnswerBytes)[0], static_cast<uint8_t>(store_protocol::Status::kBadSecret));
+  EXPECT_TRUE(second.closed_within(milliseconds(5000)));
+}
+
+// A client that holds the secret is served.
+void expect_serving(int port) {
+  auto store = make_tcp_store("127.0.0.1", port, kSecret);
+  store->set("serving", bytes_of("yes"));
+  EXPECT_EQ(store->get("serving", milliseconds(1000)), bytes_of("yes"));
+}
+
+// Resident memory of this process (the server runs in it), in bytes.
+size_t resident_bytes() {
+  FILE* statm = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (statm == nullptr || std::fscanf(statm, "%lu %lu", &size, &resident) != 2) ADD_FAILURE() << "no /proc/self/statm";
+  if (statm) std::fclose(statm);
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+size_t thread_count() {
+  size_t n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  while (dirent* entry = dir ? readdir(dir) : nullptr) n += entry->d_name[0] != '.';
+  if (dir) closedir(dir);
+  return n;
+}
+
+TEST_F(TcpStoreTest, FramesOfTheLargestSizeFromClientsWithoutTheSecretCostNoMemory) {
+  const size_t before = resident_bytes();
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(std::make_unique<RawConnection>(port()));
+    // A frame header announcing the largest payload, and its first byte.
+    const uint32_t length = static_cast<uint32_t>(store_protocol::kMaxFrameBytes);
+    clients.back()->send({static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8),
+                          static_cast<uint8_t>(length >> 16), static_cast<uint8_t>(length >> 24), 0});
+  }
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_LT(resident_bytes(), before + (size_t{1} << 20));
+  expect_serving(port());
+}
+
+TEST(TcpStoreServerTest, IdleConnectionsCostNoThreadAndAreClosedAfterTheHandshakeDeadline) {
+  StoreServerLimits limits;
+  limits.handshake_timeout = milliseconds(1000);
+  TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
+  const size_t threads = thread_count();
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 1000; ++i) idle.push_back(std::make_unique<RawConnection>(server.port()));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_LE(thread_count(), threads);
+  // Each was sent the challenge, and then closed for saying nothing.
+  for (auto& connection : idle) connection->read(store_protocol::kChallengeBytes);
+  for (auto& connection : idle) EXPECT_TRUE(connection->closed_within(milliseconds(10000)));
+  expect_serving(server.port());
+}
+
+TEST(TcpStoreServerTest, AClientThatStallsInsideAFrameIsDropped) {
+  StoreServerLimits limits;
+  limits.frame_timeout = milliseconds(300);
+  TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
+  RawConnection stalled(server.port()), idle(server.port());
+  ASSERT_EQ(stalled.handshake(kSecret), store_protocol::Status::kOk);
+  ASSERT_EQ(idle.handshake(kSecret), store_protocol::Status::kOk);
+  stalled.send({0x10, 0x00});  // half a length prefix
+  EXPECT_TRUE(stalled.closed_within(milliseconds(5000)));
+  // An authenticated client between requests may stay as long as it likes.
+  EXPECT_FALSE(idle.closed_within(milliseconds(500)));
+}
+
+TEST(TcpStoreServerTest, ConnectionsOverTheLimitAreClosedWithAWarning) {
+  StoreServerLimits limits;
+  limits.max_connections = 3;
+  TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
+  std::vector<std::unique_ptr<RawConnection>> open;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(std::make_unique<RawConnection>(server.port()));
+    open.back()->read(store_protocol::kChallengeBytes);
+  }
+  testing::internal::CaptureStderr();
+  RawConnection extra(server.port());
+  const bool closed = extra.closed_within(milliseconds(5000));
+  const std::string warning = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(closed);
+  EXPECT_NE(warning.find("3 connections are open, its limit"), std::string::npos) << warning;
+  open.clear();
+  std::this_thread::sleep_for(milliseconds(100));
+  expect_serving(server.port());
+}
+
+TEST(TcpStoreServerTest, AServerThatCannotProveTheSecretIsRefusedByTheClient) {
+  // An impostor: it sends a challenge and claims to accept any proof.
+  net::Listener listener("127.0.0.1");
+  std::thread impostor([&] {
+    net::Socket socket = listener.accept(Clock::now() + std::chrono::seconds(10));
+    if (!socket.valid()) return;
+    const auto challenge = store_protocol::encode_challenge(net::random_nonce());
+    std::vector<uint8_t> proof(store_protocol::kProofBytes);
+    try {
+      socket.send_all(challenge, Clock::now() + std::chrono::seconds(5), "test client");
+      socket.recv_exact(proof.data(), proof.size(), Clock::now() + std::chrono::seconds(5), "test client");
+      std::vector<uint8_t> answer(store_protocol::kAnswerBytes, 0x5a);
+      answer[0] = 0;  // OK, with a proof that is not one
+      socket.send_all(answer, Clock::now() + std::chrono::seconds(5), "test client");
+      uint8_t byte;
+      socket.recv_exact(&byte, 1, Clock::now() + std::chrono::seconds(5), "test client");
+    } catch (const Error&) {
+    }
+  });
+  auto store = make_tcp_store("127.0.0.1", listener.port(), kSecret);
+  try {
+    store->set("k", bytes_of("v"));
+    ADD_FAILURE() << "the client trusted a server without the secret";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("could not prove that it holds the job secret"), std::string::npos)
+        << e.what();
+  }
+  impostor.join();
+}
+
+TEST_F(TcpStoreTest, AnAddThatWouldOverflowIsRefusedAndChangesNothing) {
+  auto store = connect();
+  EXPECT_EQ(store->add("counter", INT64_MAX), INT64_MAX);
+  try {
+    store->add("counter", 1);
+    ADD_FAILURE() << "the overflowing ADD was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("overflows a 64-bit integer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(connect()->get("counter", milliseconds(1000)), bytes_of(std::to_string(INT64_MAX)));
+  EXPECT_EQ(connect()->add("counter", -1), INT64_MAX - 1);
+}
+
+#if !defined(__SANITIZE_THREAD__)
+// The server runs in a child process as an unprivileged user whose thread
+// limit is nearly reached: a server that started a thread per connection
+// would fail to, and die (it did: "terminate called after throwing an
+// instance of 'std::system_error'"). ThreadSanitizer does not support
+// starting threads after fork in a process that had threads.
+TEST(TcpStoreServerTest, KeepsServingWhenNoThreadCanBeStarted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run the server as another user under a thread limit";
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    try {
+      TcpStoreServer server("127.0.0.1", kSecret);
+      // The server's own thread is started; now no process of this user may
+      // start another.
+      const rlim_t tasks = 1;
+      rlimit limit{tasks, tasks};
+      if (setrlimit(RLIMIT_NPROC, &limit) != 0) _exit(4);
+      const int port = server.port();
+      if (write(pipe_fds[1], &port, sizeof(port)) != sizeof(port)) _exit(6);
+      for (;;) pause();
+    } catch (...) {
+      _exit(7);
+    }
+  }
+  ::close(pipe_fds[1]);
+  int port = 0;
+  ASSERT_EQ(read(pipe_fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  ::close(pipe_fds[0]);
+  // Many clients at once, each on connections of its own.
+  std::vector<std::shared_ptr<Store>> clients;
+  for (int i = 0; i < 20; ++i) {
+    clients.push_back(make_tcp_store("127.0.0.1", port, kSecret));
+    clients.back()->set("k" + std::to_string(i), bytes_of("v"));
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(clients[0]->get("k" + std::to_string(i), milliseconds(1000)), bytes_of("v"));
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, WNOHANG), 0) << "the server's process ended";
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+}
+#endif
 
 TEST_F(TcpStoreTest, OversizedKeysAndValuesAreRefusedBeforeSending) {
   auto store = connect();

@@ -1,6 +1,7 @@
 """The rendezvous server: authentication, refusal of bad frames, blocking reads
 and atomic counters (protocol: docs/rendezvous.md)."""
 
+import secrets
 import socket
 import struct
 import threading
@@ -23,9 +24,22 @@ def client(server, secret=SECRET):
     return rz.RendezvousClient("127.0.0.1", server.port, secret)
 
 
-def raw_connection(server):
+def raw_connection(server, secret=SECRET):
+    """A connection that has passed the handshake with `secret` (None: that
+    sends nothing yet), to send bytes as a broken or hostile client would."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    if secret is not None:
+        assert handshake(sock, secret.encode()) == rz.OK
     return sock
+
+
+def handshake(sock, secret):
+    """Answers the server's challenge with a proof of `secret`; returns the
+    status of the server's answer."""
+    server_nonce = rz.decode_challenge(recv_exact(sock, rz.CHALLENGE_BYTES))
+    client_nonce = secrets.token_bytes(16)
+    sock.sendall(rz.encode_proof(secret, server_nonce, client_nonce))
+    return rz.check_answer(recv_exact(sock, rz.ANSWER_BYTES), secret, server_nonce, client_nonce)
 
 
 def read_reply(sock):
@@ -66,22 +80,92 @@ def assert_still_serving(server):
 
 @pytest.mark.parametrize("secret", [b"", b"wrong-secret", SECRET.encode()[:-1]])
 def test_missing_or_wrong_secret_is_refused_and_closed(server, secret):
-    with raw_connection(server) as sock:
-        sock.sendall(rz.encode_request(secret, rz.SET, [b"k"], b"v"))
-        status, message = read_reply(sock)
-        assert status == rz.BAD_SECRET
-        assert b"secret" in message
+    with raw_connection(server, secret=None) as sock:
+        assert handshake(sock, secret) == rz.BAD_SECRET
+        assert_closed(sock)
+    assert_still_serving(server)
+
+
+def test_a_proof_for_another_connections_challenge_is_refused(server):
+    with raw_connection(server, secret=None) as first, raw_connection(server, secret=None) as second:
+        first_nonce = rz.decode_challenge(recv_exact(first, rz.CHALLENGE_BYTES))
+        recv_exact(second, rz.CHALLENGE_BYTES)
+        second.sendall(rz.encode_proof(SECRET.encode(), first_nonce, secrets.token_bytes(16)))
+        assert recv_exact(second, rz.ANSWER_BYTES)[0] == rz.BAD_SECRET
+        assert_closed(second)
+
+
+def test_requests_before_the_handshake_are_never_read_as_requests(server):
+    with raw_connection(server, secret=None) as sock:
+        # A whole request frame in place of the proof.
+        sock.sendall(rz.encode_request(rz.SET, [b"k"], b"v") + b"\0" * rz.PROOF_BYTES)
+        recv_exact(sock, rz.CHALLENGE_BYTES)
+        assert recv_exact(sock, rz.ANSWER_BYTES)[0] == rz.BAD_SECRET
         assert_closed(sock)
     with client(server) as good:
-        # The refused SET stored nothing.
         with pytest.raises(TimeoutError):
             good.get("k", timeout=0)
 
 
+def test_a_client_of_another_jobs_server_is_refused():
+    with rz.RendezvousServer("127.0.0.1", 0, "another job's secret") as other:
+        with pytest.raises(rz.BadSecretError):
+            rz.RendezvousClient("127.0.0.1", other.port, SECRET)
+
+
+def test_a_server_that_cannot_prove_the_secret_is_not_believed():
+    # An impostor: it sends a challenge and claims to accept any proof.
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def impostor():
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(bytes([rz.VERSION, 0, 0, 0]) + secrets.token_bytes(16))
+            recv_exact(connection, rz.PROOF_BYTES)
+            connection.sendall(bytes([rz.OK]) + b"\x5a" * 32)
+            connection.settimeout(5)
+            connection.recv(1)
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    with listener, pytest.raises(rz.RendezvousError, match="could not prove"):
+        rz.RendezvousClient("127.0.0.1", listener.getsockname()[1], SECRET)
+    thread.join(timeout=10)
+
+
+def test_the_secret_never_crosses_the_network(server):
+    # A proxy between a client and the server records both directions.
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen = []
+
+    def forward(source, target):
+        while data := source.recv(65536):
+            seen.append(data)
+            target.sendall(data)
+        target.shutdown(socket.SHUT_WR)
+
+    def proxy():
+        downstream, _ = listener.accept()
+        upstream = socket.create_connection(("127.0.0.1", server.port))
+        back = threading.Thread(target=forward, args=(upstream, downstream))
+        back.start()
+        forward(downstream, upstream)
+        back.join()
+        downstream.close()
+        upstream.close()
+    thread = threading.Thread(target=proxy)
+    thread.start()
+    with listener, rz.RendezvousClient("127.0.0.1", listener.getsockname()[1], SECRET) as c:
+        c.set("k", b"v")
+        assert c.get("k", timeout=1) == b"v"
+    thread.join(timeout=10)
+    traffic = b"".join(seen)
+    assert len(traffic) > rz.CHALLENGE_BYTES + rz.PROOF_BYTES + rz.ANSWER_BYTES
+    assert SECRET.encode() not in traffic
+
+
 def test_client_with_wrong_secret_raises_bad_secret(server):
-    with client(server, secret="not-it") as bad:
-        with pytest.raises(rz.BadSecretError, match="secret"):
-            bad.ping()
+    with pytest.raises(rz.BadSecretError, match="secret"):
+        client(server, secret="not-it")
     assert_still_serving(server)
 
 
@@ -93,7 +177,7 @@ def test_server_requires_a_secret():
 # --- malformed and oversized frames ------------------------------------------
 
 def good_payload(command=rz.SET, keys=(b"k",), value=b"v"):
-    return rz.encode_request(SECRET.encode(), command, keys, value)[4:]
+    return rz.encode_request(command, keys, value)[4:]
 
 
 MALFORMED = {
@@ -104,6 +188,7 @@ MALFORMED = {
     "truncated": good_payload()[:-1],
     "trailing bytes": good_payload() + b"x",
     "key count too large": good_payload(rz.PING, ())[:-8] + struct.pack("<II", 0xFFFFFFFF, 0),
+    "ADD that overflows": good_payload(rz.ADD, (b"max",), b"1"),
     "SET without a key": good_payload(rz.SET, ()),
     "GET with two keys": good_payload(rz.GET, (b"a", b"b"), b""),
     "oversized key": good_payload(rz.SET, (b"k" * (rz.MAX_KEY_BYTES + 1),)),
@@ -113,6 +198,8 @@ MALFORMED = {
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_requests_are_refused_and_closed(server, name):
+    with client(server) as c:
+        c.add("max", 2**63 - 1)
     with raw_connection(server) as sock:
         sock.sendall(frame(MALFORMED[name]))
         status, _ = read_reply(sock)
@@ -149,12 +236,14 @@ def test_client_that_disconnects_mid_frame_does_not_disturb_others(server):
         sock.sendall(struct.pack("<I", 1000) + b"partial")
     with raw_connection(server) as sock:
         sock.sendall(b"\x01\x00")   # half a length prefix
+    with raw_connection(server, secret=None) as sock:
+        sock.sendall(b"\x01\x00")   # half a proof
     assert_still_serving(server)
 
 
 def test_many_bad_clients_at_once_leave_the_server_serving(server):
     def misbehave(i):
-        with raw_connection(server) as sock:
+        with raw_connection(server, secret=SECRET if i % 2 else None) as sock:
             sock.sendall(frame(MALFORMED["garbage"]) if i % 2 else b"\xff" * 7)
     threads = [threading.Thread(target=misbehave, args=(i,)) for i in range(20)]
     for t in threads:
@@ -199,7 +288,7 @@ def test_get_times_out_and_the_connection_stays_usable(server):
 
 def test_get_without_waiting_answers_not_found(server):
     with raw_connection(server) as sock:
-        sock.sendall(rz.encode_request(SECRET.encode(), rz.GET, [b"absent"], timeout_ms=0))
+        sock.sendall(rz.encode_request(rz.GET, [b"absent"], timeout_ms=0))
         assert read_reply(sock) == (rz.NOT_FOUND, b"")
 
 

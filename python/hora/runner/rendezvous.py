@@ -2,11 +2,16 @@
 Python client for it.
 
 The protocol is described in docs/rendezvous.md; the client below speaks it
-with the standard library only.
+with the standard library only. Each connection starts with a handshake in
+which the client and the server prove to each other that they hold the job
+secret (HMAC-SHA-256 over fresh nonces); the secret never crosses the network.
 """
 
 import argparse
+import hashlib
+import hmac
 import os
+import secrets
 import signal
 import socket
 import struct
@@ -14,7 +19,7 @@ import sys
 import threading
 import time
 
-VERSION = 1
+VERSION = 2
 
 SET, GET, ADD, WAIT, PING = 1, 2, 3, 4, 5
 OK, NOT_FOUND, TIMEOUT, BAD_SECRET, BAD_REQUEST = 0, 1, 2, 3, 4
@@ -25,6 +30,12 @@ MAX_SECRET_BYTES = 256
 MAX_WAIT_KEYS = 4096
 MAX_FRAME_BYTES = MAX_VALUE_BYTES + (64 << 10)
 NO_TIMEOUT_MS = 0xFFFFFFFF
+
+CHALLENGE_BYTES = 4 + 16
+PROOF_BYTES = 16 + 32
+ANSWER_BYTES = 1 + 32
+_CLIENT_LABEL = b"hora store client v2"
+_SERVER_LABEL = b"hora store server v2"
 
 _STATUS_NAMES = {OK: "OK", NOT_FOUND: "NOT_FOUND", TIMEOUT: "TIMEOUT",
                  BAD_SECRET: "BAD_SECRET", BAD_REQUEST: "BAD_REQUEST"}
@@ -99,11 +110,43 @@ def decode_keys(data):
     return [reader.sized(MAX_KEY_BYTES, "key") for _ in range(count)]
 
 
-def encode_request(secret, command, keys=(), value=b"", timeout_ms=0):
+def decode_challenge(data):
+    """The server's nonce from its challenge; RendezvousError if malformed."""
+    if len(data) != CHALLENGE_BYTES or data[0] != VERSION or bytes(data[1:4]) != b"\0\0\0":
+        version = data[0] if data else None
+        raise RendezvousError(
+            f"malformed challenge from the rendezvous server (protocol version {version}, "
+            f"this client speaks {VERSION})")
+    return bytes(data[4:])
+
+
+def proof_mac(secret, server_nonce, client_nonce):
+    return hmac.new(secret, _CLIENT_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+
+
+def encode_proof(secret, server_nonce, client_nonce):
+    """The client's answer to a challenge: its nonce and the MAC of both."""
+    return client_nonce + proof_mac(secret, server_nonce, client_nonce)
+
+
+def check_answer(data, secret, server_nonce, client_nonce):
+    """The status of the server's answer (OK or BAD_SECRET); RendezvousError
+    when it is malformed or the server cannot prove it holds the secret."""
+    if len(data) != ANSWER_BYTES or data[0] not in (OK, BAD_SECRET):
+        raise RendezvousError("malformed answer from the rendezvous server")
+    if data[0] == BAD_SECRET:
+        return BAD_SECRET
+    expected = hmac.new(secret, _SERVER_LABEL + client_nonce + server_nonce, hashlib.sha256).digest()
+    if not hmac.compare_digest(bytes(data[1:]), expected):
+        raise RendezvousError("the rendezvous server could not prove that it holds the job secret: "
+                              "it is not this job's server")
+    return OK
+
+
+def encode_request(command, keys=(), value=b"", timeout_ms=0):
     """Returns one request frame (length prefix included)."""
     payload = b"".join([
-        struct.pack("<BBH", VERSION, command, len(secret)), secret,
-        struct.pack("<I", timeout_ms), encode_keys(list(keys)),
+        struct.pack("<BBI", VERSION, command, timeout_ms), encode_keys(list(keys)),
         struct.pack("<I", len(value)), value])
     return struct.pack("<I", len(payload)) + payload
 
@@ -145,8 +188,9 @@ def _recv_frame(sock, limit):
 
 class RendezvousServer:
     """Key-value store for one job, served over TCP by hora's C++ server
-    (src/store/tcp_store_server.cc: a thread per connection, blocking GET and
-    WAIT without polling).
+    (src/store/tcp_store_server.cc: one epoll thread for every connection,
+    blocking GET and WAIT without polling, the job secret proved by each
+    client before anything else is read from it).
 
     start() binds and returns at once; stop() closes every connection, wakes
     blocked GET/WAIT requests and joins the threads. Thread-safe.
@@ -241,8 +285,38 @@ class RendezvousClient:
                     raise RendezvousError(
                         f"cannot reach the rendezvous server at {host}:{port}: {error}") from None
                 time.sleep(0.05)
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._handshake(max(connect_timeout, 1.0))
+        except BaseException:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
+
+    def _handshake(self, timeout):
+        """Proves the job secret to the server, and checks the server's proof."""
+        where = f"{self._address[0]}:{self._address[1]}"
+        self._sock.settimeout(timeout)
+        try:
+            challenge = _recv_exact(self._sock, CHALLENGE_BYTES)
+            if challenge is None:
+                raise RendezvousError(f"the rendezvous server at {where} closed the connection "
+                                      "before its challenge")
+            server_nonce = decode_challenge(challenge)
+            client_nonce = secrets.token_bytes(16)
+            self._sock.sendall(encode_proof(self._secret, server_nonce, client_nonce))
+            answer = _recv_exact(self._sock, ANSWER_BYTES)
+        except socket.timeout:
+            raise RendezvousError(f"no handshake from the rendezvous server at {where} "
+                                  f"within {timeout} s") from None
+        except OSError as error:
+            raise RendezvousError(f"lost the rendezvous server at {where} during the handshake: "
+                                  f"{error}") from None
+        if answer is None:
+            raise RendezvousError(f"the rendezvous server at {where} closed the connection "
+                                  "during the handshake")
+        if check_answer(answer, self._secret, server_nonce, client_nonce) == BAD_SECRET:
+            raise BadSecretError(f"the rendezvous server at {where} refused the job secret")
 
     def close(self):
         self._sock.close()
@@ -277,7 +351,7 @@ class RendezvousClient:
             raise TimeoutError(f"rendezvous keys {missing} not set within {timeout} s")
 
     def _call(self, command, keys=(), value=b"", timeout_ms=0):
-        self._sock.sendall(encode_request(self._secret, command, keys, value, timeout_ms))
+        self._sock.sendall(encode_request(command, keys, value, timeout_ms))
         try:
             payload = _recv_frame(self._sock, MAX_FRAME_BYTES)
         except _Refusal as error:
@@ -285,9 +359,6 @@ class RendezvousClient:
         if payload is None:
             raise RendezvousError("the rendezvous server closed the connection")
         status, value = decode_reply(payload)
-        if status == BAD_SECRET:
-            raise BadSecretError(f"the rendezvous server at {self._address[0]}:"
-                                 f"{self._address[1]} refused the job secret")
         if status == BAD_REQUEST:
             raise BadRequestError(f"the rendezvous server refused the request: "
                                   f"{value.decode(errors='replace')}")
@@ -304,18 +375,27 @@ def main(argv=None):
         description="Runs a rendezvous server; prints its port on the first line.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--secret", default=os.environ.get("HORA_SECRET", ""),
-                        help="job secret (default: $HORA_SECRET)")
+    parser.add_argument("--secret-file", metavar="PATH",
+                        help="read the job secret from the first line of this file "
+                             "(default: $HORA_SECRET); never put a secret on a command line")
     parser.add_argument("--exit-on-stdin-eof", action="store_true",
                         help="stop serving when stdin closes")
     args = parser.parse_args(argv)
-    if not args.secret:
-        parser.error("a secret is required (--secret or HORA_SECRET)")
+    if args.secret_file:
+        try:
+            with open(args.secret_file, encoding="utf-8") as file:
+                secret = file.readline().rstrip("\n")
+        except OSError as error:
+            parser.error(f"cannot read the secret file: {error}")
+    else:
+        secret = os.environ.get("HORA_SECRET", "")
+    if not secret:
+        parser.error("a secret is required: set HORA_SECRET or pass --secret-file")
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = RendezvousServer(args.host, args.port, args.secret).start()
+    server = RendezvousServer(args.host, args.port, secret).start()
     print(server.port, flush=True)
     if args.exit_on_stdin_eof:
         def watch_stdin():
