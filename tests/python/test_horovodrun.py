@@ -245,6 +245,7 @@ FAKE_SSH = """#!/bin/sh
 # Stands in for ssh: records its options, runs the remote script here.
 options=""
 while [ "$1" = "-o" ]; do options="$options $2"; shift 2; done
+[ "$1" = "--" ] && shift
 echo "$1$options" >> "$(dirname "$0")/ssh-calls"
 shift
 exec sh -c "$1"

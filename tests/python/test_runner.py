@@ -319,6 +319,7 @@ def test_unused_hosts_are_dropped():
 FAKE_SSH = """#!/bin/sh
 # Stands in for ssh: drops the options and the host, runs the remote script.
 while [ "$1" = "-o" ]; do shift 2; done
+[ "$1" = "--" ] && shift
 echo "$1" >> "$(dirname "$0")/hosts-contacted"
 shift
 exec sh -c "$1"

@@ -7,16 +7,24 @@ the ranks on one host are contiguous (hosts in order of their first
 worker), which is what horarun does for a host list, and gives each the
 local and cross coordinates of that numbering.
 
-The output relay is a TCP server in the driver. Each rank's task connects,
-sends the job secret and its rank on two lines, then one line per line of
-output ('O' + a stdout line, 'E' + a stderr line) and at the end 'X' and
-its exit status. The driver prints the lines as horarun does ('[rank]:'
-before each) and keeps what failures.Summary needs to name the rank that
-failed first. (An elastic job's workers connect with their worker number
-in place of a rank.)
+The output relay is a TCP server in the driver. Each rank's task connects
+and proves that it holds the job secret without sending it: the relay
+sends a random 16-byte nonce, the task answers with two lines, its rank
+and the hex HMAC-SHA-256 of b"hora-relay" + nonce + rank under the
+secret (answer()), and the relay compares that with its own in constant
+time. A connection that does not answer correctly within 10 s is closed
+unheard; each waits on its own thread, so a silent one holds up no
+other. Then the task sends one line per line of output ('O' + a stdout
+line, 'E' + a stderr line) and at the end 'X' and its exit status. The
+driver prints the lines as horarun does ('[rank]:' before each; a line
+longer than MAX_LINE_BYTES in pieces of that size) and keeps what
+failures.Summary needs to name the rank that failed first. (An elastic
+job's workers connect with their worker number in place of a rank.)
 """
 
+import hashlib
 import hmac
+import secrets
 import socket
 import threading
 import time
@@ -25,6 +33,15 @@ from hora.runner import failures, hosts
 
 _HANDSHAKE_SECONDS = 10.0
 MAX_HANDSHAKE_BYTES = 512
+MAX_LINE_BYTES = 64 << 10
+NONCE_BYTES = 16
+_CONTEXT = b"hora-relay"
+
+
+def answer(secret, nonce, rank_text):
+    """The hex HMAC a task sends for the relay's `nonce` (bytes) and its
+    rank (bytes), under the job `secret` (bytes)."""
+    return hmac.new(secret, _CONTEXT + nonce + rank_text, hashlib.sha256).hexdigest().encode()
 
 
 def placements_for(host_of_worker):
@@ -128,8 +145,7 @@ class OutputRelay:
 
     def _serve(self, connection):
         with connection:
-            reader = connection.makefile("rb")
-            rank = self._handshake(connection, reader)
+            rank = self._handshake(connection)
             if rank is None:
                 return
             with self._changed:
@@ -138,8 +154,7 @@ class OutputRelay:
                 self._tails.setdefault(rank, failures.StderrTail())
                 self._changed.notify_all()
             try:
-                for line in reader:
-                    self._take(rank, line)
+                self._take_lines(rank, connection.makefile("rb"))
             except OSError:
                 pass
             finally:
@@ -150,20 +165,38 @@ class OutputRelay:
                 if self._on_end is not None:
                     self._on_end(rank, status)
 
-    def _handshake(self, connection, reader):
-        connection.settimeout(_HANDSHAKE_SECONDS)
+    def _handshake(self, connection):
+        """The rank of a connection that answers the challenge within
+        _HANDSHAKE_SECONDS in all, else None."""
+        deadline = time.monotonic() + _HANDSHAKE_SECONDS
+        nonce = secrets.token_bytes(NONCE_BYTES)
         try:
-            secret = reader.readline(MAX_HANDSHAKE_BYTES).rstrip(b"\n")
-            rank_text = reader.readline(MAX_HANDSHAKE_BYTES).strip()
+            connection.settimeout(_HANDSHAKE_SECONDS)
+            connection.sendall(nonce)
+            rank_text = _read_line(connection, deadline)
+            tag = _read_line(connection, deadline)
         except OSError:
             return None
-        if not hmac.compare_digest(secret, self._secret) or not rank_text.isdigit():
+        if rank_text is None or tag is None or not rank_text.isdigit():
+            return None
+        if not hmac.compare_digest(tag, answer(self._secret, nonce, rank_text)):
             return None
         connection.settimeout(None)
         return int(rank_text)
 
-    def _take(self, rank, line):
-        kind, text = line[:1].decode(errors="replace"), line[1:]
+    def _take_lines(self, rank, reader):
+        """Takes the rank's lines until it closes; a line longer than
+        MAX_LINE_BYTES comes in pieces, each of the line's kind."""
+        kind = None
+        for piece in iter(lambda: reader.readline(MAX_LINE_BYTES), b""):
+            line_ends = piece.endswith(b"\n")
+            if kind is None:
+                kind, piece = piece[:1], piece[1:]
+            self._take(rank, kind.decode(errors="replace"), piece)
+            if line_ends:
+                kind = None
+
+    def _take(self, rank, kind, text):
         now = time.monotonic()
         if kind == "X":
             try:
@@ -191,14 +224,50 @@ class OutputRelay:
                 pass   # the driver's stream is gone; keep the tail
 
 
+def _read_line(connection, deadline):
+    """One line (without its newline) of at most MAX_HANDSHAKE_BYTES, read
+    byte by byte so that nothing after it is taken; None when the peer
+    closes, the line is longer or `deadline` passes."""
+    line = bytearray()
+    while len(line) <= MAX_HANDSHAKE_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        connection.settimeout(left)
+        byte = connection.recv(1)
+        if not byte:
+            return None
+        if byte == b"\n":
+            return bytes(line)
+        line += byte
+    return None
+
+
+def _recv_exactly(sock, count):
+    data = bytearray()
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("the output relay closed the connection during its handshake")
+        data += chunk
+    return bytes(data)
+
+
 class RelayClient:
-    """A rank's end of the output relay: send_line() from any thread."""
+    """A rank's end of the output relay: send_line() from any thread. The
+    constructor answers the relay's challenge (blocking, up to `timeout`)."""
 
     def __init__(self, host, port, secret, rank, timeout=30.0):
         self._sock = socket.create_connection((host, int(port)), timeout=timeout)
+        try:
+            nonce = _recv_exactly(self._sock, NONCE_BYTES)
+            rank_text = str(rank).encode()
+            self._sock.sendall(rank_text + b"\n" + answer(secret.encode(), nonce, rank_text) + b"\n")
+        except OSError:
+            self._sock.close()
+            raise
         self._sock.settimeout(None)
         self._lock = threading.Lock()
-        self._sock.sendall(f"{secret}\n{rank}\n".encode())
 
     def send_line(self, kind, line):
         """`kind` 'O' or 'E'; `line` bytes."""

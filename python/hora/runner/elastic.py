@@ -84,13 +84,18 @@ def checked_api_arguments(caller, min_num_proc, max_num_proc, elastic_timeout, r
 
 
 def parse_discovery_output(text, slots_per_host, script):
-    """{host: slots} from the script's lines "host" or "host:slots"."""
+    """{host: slots} from the script's lines "host" or "host:slots"; each
+    host name is checked as -H checks its own."""
     found = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         host, _, slots = line.partition(":")
+        try:
+            host_list.check_host_name(host, f"host discovery script {script}, line {number}")
+        except host_list.HostSpecError as error:
+            raise ElasticError(f"{error} (line {line!r})") from None
         if slots:
             try:
                 count = int(slots)
@@ -179,14 +184,17 @@ class ProcessPool:
     def start(self, worker_id, host, number, variables):
         args = self.job.args
         placement = host_list.RankPlacement(number, 0, host, 0, 1, 0, 1)
+        first_input = b""
         if host_list.is_local(host):
             argv, environ, remote = args.command, rank_env.local_environment(variables), False
         else:
-            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables), args.command)
+            remote_variables = rank_env.remote_environment(variables)
+            script = rank_env.remote_script(os.getcwd(), remote_variables, args.command)
             argv, environ, remote = processes.ssh_command(host, script, args), None, True
+            first_input = rank_env.secret_input(remote_variables)
         handle = _ProcessHandle()
         handle.process = processes.RankProcess(placement, argv, environ, _Relabel(self.job.exits, handle), remote,
-                                               lambda pid: None)
+                                               lambda pid: None, first_input=first_input)
         return handle
 
     def close(self):

@@ -1,7 +1,14 @@
 """The environment horarun gives each rank, and the shell command that starts a
-rank on a remote host."""
+rank on a remote host.
+
+A remote rank's variables travel on ssh's command line, except its secrets
+(every variable whose name ends in _SECRET): those would be readable there
+by anyone on either host (`ps`), so the remote script reads them, one per
+line, from the start of its standard input, which the launcher writes
+first (secret_input)."""
 
 import os
+import re
 import shlex
 
 # Variables of the launching environment that remote ranks also get, besides
@@ -64,8 +71,14 @@ def local_environment(rank_env, base=None):
     return env
 
 
+def is_secret(name):
+    """Whether variable `name` holds a secret, kept off every command line."""
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*_SECRET", name) is not None
+
+
 def remote_environment(rank_env, base=None):
-    """The variables passed on the ssh command line of a remote rank."""
+    """The variables a remote rank gets (remote_script puts those that are
+    not secrets on the ssh command line)."""
     base = os.environ if base is None else base
     env = {name: value for name, value in base.items()
            if name in FORWARDED_NAMES or name.startswith(FORWARDED_PREFIXES)}
@@ -74,13 +87,33 @@ def remote_environment(rank_env, base=None):
     return env
 
 
+def _secret_names(env):
+    return sorted(name for name in env if is_secret(name))
+
+
+def secret_input(env):
+    """What the launcher writes first to the remote script's stdin: the
+    values of `env`'s secrets, one line each, in the order the script reads
+    them. ValueError for a secret that is not one line."""
+    values = [env[name] for name in _secret_names(env)]
+    for name, value in zip(_secret_names(env), values):
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"{name} must be one line of text to reach a remote rank")
+    return "".join(value + "\n" for value in values).encode()
+
+
 def remote_script(cwd, env, command):
     """A POSIX shell script that runs `command` in `cwd` with `env` and stops it
     (SIGTERM) when its stdin closes, so that ending the ssh session ends the
-    rank. Exits with the command's status."""
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    rank. Exits with the command's status. The secrets of `env` are not in
+    it: the script reads them from the first lines of its stdin
+    (secret_input), then watches the rest."""
+    secrets = _secret_names(env)
+    reads = "".join(f"IFS= read -r {name} || exit 1\nexport {name}\n" for name in secrets)
+    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()) if k not in secrets)
     run = f"env {assignments} {shlex.join(command)}"
     return (
+        reads +
         f"cd {shlex.quote(cwd)} || exit 1\n"
         "exec 3<&0\n"
         f"{run} 3<&- </dev/null &\n"

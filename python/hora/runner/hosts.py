@@ -34,9 +34,16 @@ class RankPlacement:
     cross_size: int
 
 
-def _parse_entry(name, slots_text, source):
-    if not _HOST_NAME.match(name):
+def check_host_name(name, source):
+    """HostSpecError naming `source` unless `name` is a DNS name or an IPv4
+    address: anything else (a leading '-' that ssh would read as an
+    option, spaces, quotes) is refused wherever host names come from."""
+    if not _HOST_NAME.fullmatch(name):
         raise HostSpecError(f"{source}: {name!r} is not a host name")
+
+
+def _parse_entry(name, slots_text, source):
+    check_host_name(name, source)
     try:
         slots = int(slots_text)
     except ValueError:

@@ -349,13 +349,15 @@ class Job:
             variables.update(self.thread_default)
         variables.update(self.extra_env)
         command = self.args.command
+        first_input = b""
         if host_list.is_local(placement.host):
             argv, environ, remote = command, rank_env.local_environment(variables), False
         else:
-            script = rank_env.remote_script(os.getcwd(), rank_env.remote_environment(variables),
-                                            command)
+            remote_variables = rank_env.remote_environment(variables)
+            script = rank_env.remote_script(os.getcwd(), remote_variables, command)
             argv = ssh_command(placement.host, script, self.args)
             environ, remote = None, True
+            first_input = rank_env.secret_input(remote_variables)
         if self.args.verbose:
             how = f"ssh {placement.host}" if remote else "local"
             print(f"horarun: rank {placement.rank} on {placement.host} (local rank "
@@ -367,7 +369,7 @@ class Job:
             output_dir = rank_output_dir(self.args.output_filename, placement.rank, placement.size)
         try:
             return RankProcess(placement, argv, environ, self.exits, remote, on_start, output_dir,
-                               self.args.prefix_output_with_timestamp)
+                               self.args.prefix_output_with_timestamp, first_input)
         except OSError as error:
             raise SystemExit(f"horarun: cannot start rank {placement.rank}: {error}") from None
 

@@ -50,14 +50,45 @@ class Report:
     sets: dict
 
 
+# The counters the monitor reads from a set's hvd.metrics(): numbers, and
+# maps of numbers (slowest_member's keys are ranks).
+_NUMBERS = ("negotiation_seconds", "transport_seconds", "cache_lookups", "cache_hits", "responses", "tensors",
+            "errors", "stalls", "broken")
+_MAPS = ("ops", "bytes", "slowest_member")
+_LIMIT = 2 ** 63   # counters are 64-bit; anything larger (or NaN) is not one
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and -_LIMIT < value < _LIMIT
+
+
+def _checked_counters(counters):
+    """`counters` if they hold what the monitor reads, with the types it
+    reads them as; ValueError otherwise."""
+    ranks = counters["ranks"]
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and _is_number(r) for r in ranks):
+        raise ValueError("ranks")
+    if not all(_is_number(counters.get(name, 0)) for name in _NUMBERS):
+        raise ValueError("a counter")
+    for name in _MAPS:
+        found = counters.get(name, {})
+        if not isinstance(found, dict) or not all(_is_number(v) for v in found.values()):
+            raise ValueError(name)
+    if not all(str(rank).isdigit() and str(rank).isascii() for rank in counters.get("slowest_member", {})):
+        raise ValueError("slowest_member")
+    return counters
+
+
 def parse_report(key, value):
-    """The Report stored under `key` (bytes), or None if it is not one."""
+    """The Report stored under `key` (bytes), or None if it is not one:
+    whatever a rank (or anyone holding the store's secret) wrote there."""
     try:
         rank = int(key[len(KEY_PREFIX):])
         data = json.loads(value)
-        sets = {int(set_id): counters for set_id, counters in data["sets"].items()}
-        return Report(rank, float(data["at"]), float(data["since"]), bool(data.get("final")), sets)
-    except (ValueError, KeyError, TypeError, AttributeError):
+        sets = {int(set_id): _checked_counters(counters) for set_id, counters in data["sets"].items()}
+        at, since = float(data["at"]), float(data["since"])
+        return Report(rank, at, since, bool(data.get("final")), sets)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
         return None
 
 

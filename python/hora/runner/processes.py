@@ -72,10 +72,12 @@ class _OutputForwarder:
 
 
 class RankProcess:
-    """One rank: its process (or ssh session), output forwarders and waiter."""
+    """One rank: its process (or ssh session), output forwarders and waiter.
+    A remote rank's stdin gets `first_input` (its secrets, env.secret_input)
+    and stays open: closing it stops the rank."""
 
     def __init__(self, placement, argv, environ, exits, remote, on_start, output_dir=None,
-                 timestamps=False):
+                 timestamps=False, first_input=b""):
         self.rank = placement.rank
         self.remote = remote
         self.stderr_tail = failures.StderrTail()
@@ -91,6 +93,12 @@ class RankProcess:
         # Before any of its output is forwarded: whoever sees the rank running
         # can rely on it being watched.
         on_start(self.popen.pid)
+        if remote and first_input:
+            try:
+                self.popen.stdin.write(first_input)
+                self.popen.stdin.flush()
+            except OSError:
+                pass   # ssh ended at once; its exit status says why
         self.forwarders = [
             _OutputForwarder(self.rank, self.popen.stdout, sys.stdout, copies[0], timestamps),
             _OutputForwarder(self.rank, self.popen.stderr, sys.stderr, copies[1], timestamps,
@@ -163,10 +171,11 @@ def rank_output_dir(output_filename, rank, size):
 
 
 def ssh_command(host, script, args):
-    """The ssh command line that runs `script` on `host`."""
+    """The ssh command line that runs `script` on `host`; '--' ends ssh's
+    options, so that no host name can be read as one."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}"]
     if args.ssh_port is not None:
         argv += ["-o", f"Port={args.ssh_port}"]
     if args.ssh_identity_file:
         argv += ["-o", f"IdentityFile={args.ssh_identity_file}"]
-    return argv + [host, script]
+    return argv + ["--", host, script]

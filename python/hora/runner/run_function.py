@@ -5,7 +5,9 @@ returns what each rank returned, in rank order (Horovod's
 The function travels pickled with cloudpickle (lambdas and closures too)
 through a small store that run() serves for the job's lifetime; each rank
 (``python -m hora.runner.run_task``) calls it and stores its pickled result
-there. Ranks start through horarun's launcher, or mpirun with use_mpi.
+there. Both are signed with the job's secret (signed.py) and checked
+before they are unpickled. Ranks start through horarun's launcher, or
+mpirun with use_mpi.
 """
 
 import secrets
@@ -13,7 +15,7 @@ import sys
 
 import cloudpickle
 
-from hora.runner import horovodrun, launch, mpi_run
+from hora.runner import horovodrun, launch, mpi_run, signed
 from hora.runner.rendezvous import RendezvousClient, RendezvousServer
 
 _ELASTIC = "elastic training"
@@ -67,13 +69,13 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     server = RendezvousServer(bind, 0, secret).start()
     try:
         with RendezvousClient("127.0.0.1" if bind == "0.0.0.0" else bind, server.port, secret) as store:
-            store.set(FUNCTION_KEY, payload)
+            store.set(FUNCTION_KEY, signed.sign(secret, FUNCTION_KEY, payload))
             environment = {ADDR: address, PORT: str(server.port), SECRET: secret}
             if use_mpi:
                 status = mpi_run.run(job_args, extra_env=environment, replace_process=False)
             else:
                 status = launch.Job(job_args, extra_env=environment).run()
-            return _collect(store, job_args.num_proc, status)
+            return _collect(store, secret, job_args.num_proc, status)
     finally:
         server.stop()
 
@@ -100,9 +102,10 @@ def _horarun_arguments(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_i
     return argv + ["--", executable or sys.executable, "-m", "hora.runner.run_task"]
 
 
-def _collect(store, size, status):
+def _collect(store, secret, size, status):
     """The ranks' results in rank order; RuntimeError naming the first rank
-    that failed (with its traceback) or returned nothing."""
+    that failed (with its traceback), returned nothing or whose result is
+    not signed with `secret`."""
     for rank in range(size):
         try:
             error = store.get(error_key(rank), timeout=0)
@@ -112,10 +115,13 @@ def _collect(store, size, status):
     results = []
     for rank in range(size):
         try:
-            results.append(cloudpickle.loads(store.get(result_key(rank), timeout=0)))
+            results.append(cloudpickle.loads(signed.verify(secret, result_key(rank),
+                                                           store.get(result_key(rank), timeout=0))))
         except TimeoutError:
             raise RuntimeError(f"rank {rank} of hora.runner.run returned no result (the job exited with "
                                f"status {status}; its output above says why)") from None
+        except signed.UnsignedValueError as error:
+            raise RuntimeError(f"rank {rank} of hora.runner.run: its result {error}") from None
     if status != 0:
         raise RuntimeError(f"hora.runner.run: the job exited with status {status} after every rank "
                            "returned its result")

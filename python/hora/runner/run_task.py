@@ -4,7 +4,8 @@ Reads the pickled function from the store that run() serves (its address
 and secret are in HORA_RUN_FUNCTION_ADDR, _PORT and _SECRET), calls it, and
 stores the pickled result under ``result/<rank>``, or the error (loading
 the function, calling it or pickling its result) under ``error/<rank>``,
-then exits 1. A worker of an elastic job (hora.spark.run_elastic), whose
+then exits 1. The function and the result are signed with the job's
+secret (signed.py). A worker of an elastic job (hora.spark.run_elastic), whose
 rank changes from round to round, uses its worker id in place of the rank.
 """
 
@@ -16,6 +17,7 @@ import cloudpickle
 
 from hora.common.elastic import ENVIRONMENT_FLAG as ELASTIC_FLAG
 from hora.common.elastic import WORKER_VARIABLE
+from hora.runner import signed
 from hora.runner.rendezvous import BadRequestError, RendezvousClient
 from hora.runner.run_function import ADDR, FUNCTION_KEY, PORT, SECRET, error_key, result_key
 
@@ -38,15 +40,16 @@ def own_key(environ):
 
 
 def main(environ=os.environ):
-    rank = own_key(environ)
-    with RendezvousClient(environ[ADDR], environ[PORT], environ[SECRET]) as store:
+    rank, secret = own_key(environ), environ[SECRET]
+    with RendezvousClient(environ[ADDR], environ[PORT], secret) as store:
         try:
-            payload = cloudpickle.dumps(cloudpickle.loads(store.get(FUNCTION_KEY, timeout=60))())
+            function = signed.verify(secret, FUNCTION_KEY, store.get(FUNCTION_KEY, timeout=60))
+            payload = cloudpickle.dumps(cloudpickle.loads(function)())
         except BaseException as error:   # the driver reports it, with the rank
             return _report(store, rank, "".join(
                 traceback.format_exception(type(error), error, error.__traceback__)))
         try:
-            store.set(result_key(rank), payload)
+            store.set(result_key(rank), signed.sign(secret, result_key(rank), payload))
         except BadRequestError as error:
             return _report(store, rank, f"the result ({len(payload)} bytes pickled) cannot be "
                                         f"returned: {error}\n")

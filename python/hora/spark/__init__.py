@@ -20,7 +20,7 @@ import time
 
 import cloudpickle
 
-from hora.runner import cluster, failures, run_function
+from hora.runner import cluster, failures, run_function, signed
 from hora.runner.rendezvous import RendezvousClient, RendezvousServer
 from hora.spark._task import TaskSpec, arrow_partition, barrier_partition
 
@@ -79,7 +79,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
                                 timestamps=prefix_output_with_timestamp)
     try:
         with RendezvousClient("127.0.0.1", server.port, secret) as store:
-            store.set(run_function.FUNCTION_KEY, payload)
+            store.set(run_function.FUNCTION_KEY, signed.sign(secret, run_function.FUNCTION_KEY, payload))
             spec = TaskSpec(num_proc, address, server.port, secret, relay.port, int(start_timeout),
                             tuple((str(k), str(v)) for k, v in variables.items()), executable)
             started = time.monotonic()
@@ -87,7 +87,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
                 print(f"hora.spark.run: {num_proc} ranks on {engine.kind}, rendezvous at {address}:"
                       f"{server.port}", file=sys.stderr, flush=True)
             _run_job(engine, spec, relay, start_timeout)
-            results = run_function._collect(store, num_proc, 0)
+            results = run_function._collect(store, secret, num_proc, 0)
             if verbose >= 2:
                 print(f"hora.spark.run: done in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
             return results

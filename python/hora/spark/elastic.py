@@ -23,7 +23,7 @@ import types
 
 import cloudpickle
 
-from hora.runner import cluster, run_function
+from hora.runner import cluster, run_function, signed
 from hora.runner import elastic as driver
 from hora.runner.rendezvous import RendezvousClient, RendezvousServer
 from hora.spark import _task
@@ -120,7 +120,8 @@ class _TaskPool:
 
     def _launch(self):
         with RendezvousClient("127.0.0.1", self.job.server.port, self.job.secret) as store:
-            store.set(run_function.FUNCTION_KEY, self.payload)
+            store.set(run_function.FUNCTION_KEY, signed.sign(self.job.secret, run_function.FUNCTION_KEY,
+                                                             self.payload))
         spec = _task.TaskSpec(self.tasks, self.address, self.job.server.port, self.job.secret, self.relay.port,
                               int(self.job.args.start_timeout), tuple(self.env.items()), self.executable)
 
@@ -149,9 +150,19 @@ class _TaskPool:
         self.relay.close()
 
     def results(self, order):
-        found = self._results
-        return [cloudpickle.loads(found[run_function.result_key(worker).encode()]) for worker in order
-                if run_function.result_key(worker).encode() in found]
+        """The results of the workers in `order` that stored one; RuntimeError
+        naming the first whose result is not signed with the job's secret."""
+        results = []
+        for worker in order:
+            key = run_function.result_key(worker)
+            if key.encode() not in self._results:
+                continue
+            try:
+                payload = signed.verify(self.job.secret, key, self._results[key.encode()])
+            except signed.UnsignedValueError as error:
+                raise RuntimeError(f"worker {worker} of hora.spark.run_elastic: its result {error}") from None
+            results.append(cloudpickle.loads(payload))
+        return results
 
     # --- the elastic driver's pool interface ---------------------------------------
 
