@@ -6,6 +6,7 @@ import sys
 from hora import _core
 from hora.common import elastic as _elastic
 from hora.common import interrupts as _interrupts
+from hora.common import launchers as _launchers
 from hora.common import metrics_http as _metrics_http
 from hora.common import monitor as _monitor
 from hora.common import mpi as _mpi
@@ -25,7 +26,9 @@ def init(comm=None, process_sets=None):
     of MPI_COMM_WORLD (only those ranks call init); hora's ranks are then
     ranks in it. The backend is chosen by HORA_BACKEND (``gloo`` or ``mpi``;
     Horovod's HOROVOD_CPU_OPERATIONS and HOROVOD_CONTROLLER also work),
-    by default MPI under mpirun or srun and Gloo under horarun.
+    by default MPI under mpirun or srun and Gloo under horarun. Under
+    torchrun (or srun with MASTER_ADDR and MASTER_PORT) the job is the one
+    torchrun started: WORLD_SIZE ranks (docs/install.md).
     """
     if process_sets is None or process_sets == "dynamic":
         process_sets = []
@@ -49,6 +52,8 @@ def init(comm=None, process_sets=None):
             initial, ids = [ps.ranks for ps in sets], list(range(1, len(sets) + 1))
         if _elastic.in_elastic_job():
             _elastic.join_round()   # this worker's rank and size in the driver's newest round
+        else:
+            _launchers.adopt()      # torchrun's (or srun's) job, when one started this process
         _core.init(initial, mpi_communicator, world_ranks)
     except BaseException:
         _mpi.on_shutdown()
