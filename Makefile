@@ -60,11 +60,13 @@ test: build fuzz
 # The libFuzzer targets in fuzz/ (clang), each for FUZZ_SECONDS.
 FUZZ_BUILD := build-fuzz
 FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := control_wire_fuzzer store_protocol_fuzzer store_server_fuzzer segment_header_fuzzer \
+  segment_record_fuzzer control_frames_fuzzer control_hello_fuzzer shm_ring_fuzzer
 fuzz: setup
 	@test -f $(FUZZ_BUILD)/CMakeCache.txt || \
 	  $(VENV)/bin/cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
 	    -DHORA_BUILD_FUZZERS=ON -DHORA_BUILD_TESTS=OFF -DHORA_WITH_MPI=OFF
-	$(VENV)/bin/cmake --build $(FUZZ_BUILD) --target control_wire_fuzzer store_protocol_fuzzer segment_header_fuzzer write_seeds
+	$(VENV)/bin/cmake --build $(FUZZ_BUILD) --target $(FUZZ_TARGETS) write_seeds
 	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # The C++ tests built and run under AddressSanitizer + UndefinedBehavior-

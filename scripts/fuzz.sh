@@ -7,12 +7,12 @@
 set -euo pipefail
 build=$1
 seconds=$2
-targets=(control_wire_fuzzer store_protocol_fuzzer segment_header_fuzzer)
+targets=(control_wire_fuzzer store_protocol_fuzzer store_server_fuzzer segment_header_fuzzer
+         segment_record_fuzzer control_frames_fuzzer control_hello_fuzzer shm_ring_fuzzer)
 
 for target in "${targets[@]}"; do mkdir -p "$build/corpus/$target"; done
 mkdir -p "$build/findings"
-"$build/write_seeds" "$build/corpus/control_wire_fuzzer" "$build/corpus/store_protocol_fuzzer" \
-  "$build/corpus/segment_header_fuzzer"
+"$build/write_seeds" "$build/corpus"
 for target in "${targets[@]}"; do
   echo "fuzz: $target for ${seconds} s"
   log="$build/findings/$target.log"

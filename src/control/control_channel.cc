@@ -2,22 +2,23 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "hora/errors.h"
 #include "net/codec.h"
 #include "store/cancellable_wait.h"
+#include "util/log.h"
 
 namespace hora::control {
 namespace {
 
-constexpr char kAddressKey[] = "control/address";
-constexpr uint32_t kHelloMagic = 0x48524341;  // marks a hora control hello
-constexpr size_t kMaxFrameBytes = size_t{1} << 30;
+constexpr char kAddressKey[] = "control/address";  // an AddressRecord (hello.h)
+// Dropped connections logged per set; the Timeout counts them all.
+constexpr size_t kLoggedRefusals = 3;
 
-using net::load_u32_le;
-using net::store_u32_le;
+using net::kMaxFrameBytes;
 
 }  // namespace
 
@@ -53,9 +54,12 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(set_name + ": control plane: " + e.what());
     }
-    const std::string& address = listener->address();
-    store.set(kAddressKey, std::vector<uint8_t>(address.begin(), address.end()));
-    channel->accept_members(*listener, deadline, timeout, cancelled);
+    AddressRecord record;
+    const net::Nonce key = net::random_nonce();
+    std::copy(key.begin(), key.end(), record.key.begin());
+    record.address = listener->address();
+    store.set(kAddressKey, encode_address_record(record));
+    channel->accept_members(*listener, record.key, deadline, timeout, cancelled);
   } else {
     channel->join_coordinator(store, deadline, timeout, cancelled);
   }
@@ -68,37 +72,118 @@ ControlChannel::~ControlChannel() {
   }
 }
 
-// Accepts one connection per other member. A connection whose hello is
-// missing or wrong is dropped, so a stray client cannot take a member's place.
-void ControlChannel::accept_members(net::Listener& listener, Clock::time_point deadline,
-                                    std::chrono::milliseconds timeout,
-                                    const std::atomic<bool>& cancelled) {
-  size_t joined = 0;
-  while (joined + 1 < global_ranks_.size()) {
+// A connection that has been sent its challenge and owes its answer.
+struct ControlChannel::PendingHello {
+  net::Socket socket;
+  net::Nonce nonce{};
+  Clock::time_point deadline;
+  std::array<uint8_t, kAnswerBytes> answer{};
+  size_t received = 0;
+};
+
+// Accepts one connection per other member, reading every pending hello at
+// once: one poll(2) over the listener and each connection that owes its
+// answer. A connection whose hello is late, malformed or forged, or names a
+// rank already connected, is dropped, so that a stray client can neither
+// take a member's place nor hold up the others.
+void ControlChannel::accept_members(net::Listener& listener, const HelloKey& key, Clock::time_point deadline,
+                                    std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) {
+  std::vector<PendingHello> pending;
+  std::vector<pollfd> fds;
+  auto joined = [&] { return std::count_if(links_.begin(), links_.end(), [](const auto& link) { return link != nullptr; }); };
+  while (static_cast<size_t>(joined()) + 1 < links_.size()) {
     if (cancelled) throw InvalidArgument(set_name_ + ": connecting the control plane was cancelled");
-    net::Socket socket = listener.accept(std::min(deadline, Clock::now() + BackendFactory::kCancelPoll));
-    if (!socket.valid() && Clock::now() < deadline) continue;
-    if (!socket.valid()) {
-      std::string missing;
-      for (size_t r = 1; r < links_.size(); ++r) {
-        if (!links_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
-      }
-      throw Timeout(set_name_ + ": timed out after " + std::to_string(timeout.count()) +
-                    " ms waiting for the control connections of global rank(s) [" + missing + "]");
+    const auto now = Clock::now();
+    if (now >= deadline) throw_accept_timeout(timeout);
+    auto wake_at = std::min(deadline, now + BackendFactory::kCancelPoll);
+    std::erase_if(pending, [&](const PendingHello& hello) {
+      if (now < hello.deadline) return false;
+      refuse("no hello in time");
+      return true;
+    });
+    fds.assign(1, pollfd{listener.fd(), POLLIN, 0});
+    for (const PendingHello& hello : pending) {
+      fds.push_back(pollfd{hello.socket.fd(), POLLIN, 0});
+      wake_at = std::min(wake_at, hello.deadline);
     }
-    uint8_t hello[8];
+    const int rc = poll(fds.data(), fds.size(), net::poll_timeout_ms(wake_at));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      throw Internal(set_name_ + ": poll: " + std::strerror(errno));
+    }
+    // Answers first: a connection accepted below has not seen its challenge.
+    std::vector<PendingHello> waiting;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (fds[i + 1].revents == 0 || !read_hello(pending[i], key)) waiting.push_back(std::move(pending[i]));
+    }
+    pending = std::move(waiting);
+    if (fds[0].revents != 0) accept_pending(listener, deadline, pending);
+  }
+}
+
+void ControlChannel::accept_pending(net::Listener& listener, Clock::time_point deadline,
+                                    std::vector<PendingHello>& pending) {
+  // At most a full set of pending hellos per round, so that a flood of
+  // connections cannot keep the answers already in from being read.
+  for (size_t accepted = 0; accepted < kMaxPendingHellos; ++accepted) {
+    net::Socket socket = listener.accept(Clock::now());
+    if (!socket.valid()) return;
+    PendingHello hello;
+    hello.nonce = net::random_nonce();
+    hello.deadline = std::min(deadline, Clock::now() + kHelloTimeout);
     try {
-      socket.recv_exact(hello, sizeof(hello), deadline, "a joining member");
-    } catch (const Error&) {
-      continue;  // closed, or silent until the deadline
-    }
-    const uint32_t from = load_u32_le(hello + 4);
-    if (load_u32_le(hello) != kHelloMagic || from == 0 || from >= links_.size() || links_[from]) {
+      // 20 bytes on a new connection: they fit its send buffer at once.
+      hello.socket = std::move(socket);
+      hello.socket.send_all(encode_challenge(hello.nonce), hello.deadline, "a joining member");
+    } catch (const Error& e) {
+      refuse(std::string("sending the challenge: ") + e.what());
       continue;
     }
-    add_link(static_cast<int>(from), std::move(socket));
-    ++joined;
+    if (pending.size() == kMaxPendingHellos) {
+      refuse("more than " + std::to_string(kMaxPendingHellos) + " connections owed a hello");
+      pending.erase(pending.begin());
+    }
+    pending.push_back(std::move(hello));
   }
+}
+
+bool ControlChannel::read_hello(PendingHello& hello, const HelloKey& key) {
+  const std::optional<size_t> got =
+      hello.socket.recv_available(hello.answer.data() + hello.received, kAnswerBytes - hello.received);
+  if (!got) {
+    refuse("closed before its hello");
+    return true;
+  }
+  hello.received += *got;
+  if (hello.received < kAnswerBytes) return false;
+  const AnswerCheck check = check_answer(hello.answer, key, describe_set(global_ranks_), links_.size(), hello.nonce);
+  if (!check.admitted()) {
+    refuse(check.refusal);
+  } else if (links_[check.rank]) {
+    refuse("set rank " + std::to_string(check.rank) + " is connected already");
+  } else {
+    add_link(check.rank, std::move(hello.socket));
+  }
+  return true;
+}
+
+void ControlChannel::refuse(const std::string& why) {
+  if (++refused_ <= kLoggedRefusals)
+    log_warning(set_name_ + ": control plane: dropped a connection: " + why);
+  last_refusal_ = why;
+}
+
+void ControlChannel::throw_accept_timeout(std::chrono::milliseconds timeout) const {
+  std::string missing;
+  for (size_t r = 1; r < links_.size(); ++r) {
+    if (!links_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
+  }
+  std::string refusals;
+  if (refused_ > 0)
+    refusals = "; dropped " + std::to_string(refused_) + " connection(s) without a valid hello (the last: " +
+               last_refusal_ + ")";
+  throw Timeout(set_name_ + ": timed out after " + std::to_string(timeout.count()) +
+                " ms waiting for the control connections of global rank(s) [" + missing + "]" + refusals);
 }
 
 void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
@@ -112,17 +197,29 @@ void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
     throw Timeout(set_name_ + ": global rank " + std::to_string(global_ranks_[0]) +
                   " did not publish its control address: " + e.what());
   }
-  const auto [host, port] = net::split_address(std::string(value.begin(), value.end()));
+  AddressRecord record;
+  try {
+    record = decode_address_record(value);
+  } catch (const net::DecodeError& e) {
+    throw Internal(set_name_ + ": control plane: " + e.what());
+  }
+  const auto [host, port] = net::split_address(record.address);
   net::ConnectOptions options;
   options.deadline = deadline;
   options.cancelled = &cancelled;
   options.cancel_poll = BackendFactory::kCancelPoll;
   const std::string coordinator = "the coordinator of " + set_name_ + " (" + peer_name(0) + ")";
   net::Socket socket = net::connect_to(host, port, coordinator, options);
-  uint8_t hello[8];
-  store_u32_le(hello, kHelloMagic);
-  store_u32_le(hello + 4, static_cast<uint32_t>(rank_));
-  socket.send_all(hello, deadline, coordinator);
+  std::array<uint8_t, kChallengeBytes> challenge;
+  socket.recv_exact(challenge.data(), challenge.size(), deadline, coordinator);
+  net::Nonce nonce;
+  try {
+    nonce = decode_challenge(challenge);
+  } catch (const net::DecodeError& e) {
+    throw PeerFailure(set_name_ + ": control plane: " + coordinator + " sent a " + e.what());
+  }
+  socket.send_all(encode_answer(record.key, describe_set(global_ranks_), static_cast<uint32_t>(rank_), nonce), deadline,
+                  coordinator);
   add_link(0, std::move(socket));
 }
 
@@ -148,8 +245,7 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
                           " bytes is too large");
   }
   Link& link = *links_[to];
-  uint8_t header[4];
-  store_u32_le(header, static_cast<uint32_t>(bytes.size()));
+  const std::array<uint8_t, 4> header = net::frame_header(bytes.size());
   std::lock_guard<std::mutex> lock(link.send_mutex);
   try {
     link.socket.send_all(header, bytes, Clock::now() + send_timeout_, peer_name(to));
@@ -195,7 +291,7 @@ void ControlChannel::drain(Link& link) {
     } else if (*got == 0) {
       return;
     } else {
-      link.received.insert(link.received.end(), chunk, chunk + *got);
+      link.frames.append({chunk, *got});
     }
   }
 }
@@ -205,21 +301,14 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     const size_t index = (next_link_ + n) % links_.size();
     Link* link = links_[index].get();
     if (!link) continue;
-    auto& buf = link->received;
-    if (buf.size() >= 4) {
-      const size_t length = load_u32_le(buf.data());
-      if (length > kMaxFrameBytes) {
-        // A peer that breaks the framing is treated as gone.
-        link->socket.shutdown();
-        buf.clear();
-        link->closed = true;
-      } else if (buf.size() >= 4 + length) {
-        ControlMessage message{link->rank, std::vector<uint8_t>(buf.begin() + 4,
-                                                                buf.begin() + 4 + length)};
-        buf.erase(buf.begin(), buf.begin() + 4 + length);
-        next_link_ = index + 1;
-        return message;
-      }
+    if (std::optional<std::vector<uint8_t>> frame = link->frames.pop()) {
+      next_link_ = index + 1;
+      return ControlMessage{link->rank, std::move(*frame)};
+    }
+    if (link->frames.broken() && !link->closed) {
+      // A peer that breaks the framing is treated as gone.
+      link->socket.shutdown();
+      link->closed = true;
     }
     if (link->closed && !link->closure_reported) {
       link->closure_reported = true;

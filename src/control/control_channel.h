@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "control/hello.h"
 #include "hora/store.h"
+#include "net/frames.h"
 #include "net/socket.h"
 #include "transport/backend.h"
 
@@ -23,18 +25,30 @@ using Clock = net::Clock;
 std::string describe_set(const std::vector<int>& global_ranks);
 
 // A star of TCP connections between set rank 0 and every other member,
-// carrying frames of [u32 length, little-endian][bytes].
+// carrying frames of [u32 length, little-endian][bytes] (net/frames.h).
 //
-// Set rank 0 listens on an ephemeral port of `hostname` and publishes
-// "host:port" in the set's store; every other member connects and
-// introduces itself with its set rank. send() may be called from any thread
-// (one mutex per connection); receive() only from the engine thread, which
-// blocks in poll(2) on every open connection plus an eventfd that wake()
-// signals. A connection that closes (or sends a malformed frame) is
-// reported once by receive(), as Backend::receive_control describes. The
-// destructor closes every connection.
+// Set rank 0 listens on an ephemeral port of `hostname` and publishes its
+// address with a fresh key for the set in the set's store; every other
+// member connects and proves its set rank with the hello of
+// control/hello.h (an HMAC of a nonce the coordinator sends under that key).
+// The coordinator reads the hellos side by side, each within
+// kHelloTimeout of its connection, and drops a connection whose hello is
+// late, malformed, forged or for a rank already connected: no stray or
+// silent client can take a member's place or delay the others. send() may
+// be called from any thread (one mutex per connection); receive() only
+// from the engine thread, which blocks in poll(2) on every open connection
+// plus an eventfd that wake() signals. A connection that closes (or sends a
+// malformed frame) is reported once by receive(), as
+// Backend::receive_control describes. The destructor closes every
+// connection.
 class ControlChannel {
  public:
+  // How long the coordinator waits for a connection's hello (or the set's
+  // deadline, if sooner), and how many connections may owe one at once
+  // (the oldest is dropped to admit another).
+  static constexpr std::chrono::seconds kHelloTimeout{10};
+  static constexpr size_t kMaxPendingHellos = 64;
+
   // Blocks until the star is connected, `timeout` passes (Timeout naming
   // the missing global ranks) or `cancelled` is set (InvalidArgument, within
   // about BackendFactory::kCancelPoll). `set_name` prefixes error messages.
@@ -56,15 +70,23 @@ class ControlChannel {
     int rank = -1;
     net::Socket socket;
     std::mutex send_mutex;          // serialises writers of whole frames
-    std::vector<uint8_t> received;  // bytes read but not yet returned
+    net::FrameReader frames;        // bytes read but not yet returned
     bool closed = false;            // EOF or error seen (engine thread only)
     bool closure_reported = false;  // receive() has returned the closure
   };
 
   ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name,
                  std::chrono::milliseconds send_timeout);
-  void accept_members(net::Listener& listener, Clock::time_point deadline, std::chrono::milliseconds timeout,
-                      const std::atomic<bool>& cancelled);
+  struct PendingHello;
+  void accept_members(net::Listener& listener, const HelloKey& key, Clock::time_point deadline,
+                      std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled);
+  // Accepts the connections waiting on `listener` and sends each a challenge.
+  void accept_pending(net::Listener& listener, Clock::time_point deadline, std::vector<PendingHello>& pending);
+  // Reads what `hello` has sent; true when it is finished with (admitted
+  // as a member, or dropped).
+  bool read_hello(PendingHello& hello, const HelloKey& key);
+  void refuse(const std::string& why);
+  [[noreturn]] void throw_accept_timeout(std::chrono::milliseconds timeout) const;
   void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout,
                         const std::atomic<bool>& cancelled);
   void add_link(int rank, net::Socket socket);
@@ -82,6 +104,8 @@ class ControlChannel {
   std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
   net::Wakeup wakeup_;
   size_t next_link_ = 0;
+  size_t refused_ = 0;          // connections the coordinator dropped
+  std::string last_refusal_;    // why it dropped the latest
 };
 
 }  // namespace hora::control

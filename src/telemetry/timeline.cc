@@ -1,9 +1,11 @@
 #include "telemetry/timeline.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "hora/errors.h"
@@ -85,14 +87,33 @@ void Timeline::start(const std::string& path, bool mark_cycles) {
   writer_ = std::thread([this] { write_loop(); });
 }
 
+// The file is made new beside the path (O_EXCL|O_NOFOLLOW, mode 0600 less
+// the umask), given its empty trace, and renamed onto the path: whatever was
+// there, a file or a symlink, is replaced, and nothing it pointed to is
+// followed or truncated.
 bool Timeline::open_locked() {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const size_t slash = path_.rfind('/');
+  const std::string directory = slash == std::string::npos ? "" : path_.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+  std::string draft;
+  for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
+    uint64_t tag = 0;
+    if (getrandom(&tag, sizeof(tag), 0) != static_cast<ssize_t>(sizeof(tag))) return false;
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, ".%016llx", static_cast<unsigned long long>(tag));
+    draft = directory + "." + base + suffix;
+    fd_ = ::open(draft.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd_ < 0 && errno != EEXIST) return false;
+  }
   if (fd_ < 0) return false;
   const std::string start = std::string(kHeader) + kClosing;
   end_offset_ = static_cast<int64_t>(std::strlen(kHeader));
-  if (!write_all_at(fd_, start, 0)) {
+  if (!write_all_at(fd_, start, 0) || ::rename(draft.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(draft.c_str());
     ::close(fd_);
     fd_ = -1;
+    errno = error;
     return false;
   }
   return true;

@@ -50,8 +50,10 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Starts writing to `path` (created or truncated once a set is
-  // registered: a rank that coordinates no set writes no file). A running
+  // Starts writing to `path` once a set is registered (a rank that
+  // coordinates no set writes no file): a new file, mode 0600 less the
+  // umask, made beside it and renamed onto it, so that a file or symlink
+  // already at `path` is replaced, never followed or truncated. A running
   // timeline is stopped first. InvalidArgument when the file cannot be
   // created.
   void start(const std::string& path, bool mark_cycles);

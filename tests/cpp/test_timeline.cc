@@ -1,7 +1,12 @@
 // The timeline writer: a valid Chrome trace after every write, lanes per
 // set and rows per tensor, a bounded buffer whose drops are counted, and no
-// file for a rank that coordinates no set.
+// file for a rank that coordinates no set; the file is a new one, private
+// to its owner, renamed onto the path (never through a symlink there).
 #include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -163,6 +168,61 @@ TEST_F(TimelineTest, ManyThreadsRecordAtOnce) {
   for (auto& t : threads) t.join();
   timeline.stop();
   EXPECT_EQ(count(read_file(path_), "\"name\": \"ALLREDUCE\""), 2000u);
+}
+
+// The names in `dir`, "." and ".." aside.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* entry = readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+void record_one_span(const std::string& path) {
+  Timeline timeline;
+  timeline.register_set(0, "process set 0 [0]");
+  timeline.start(path, false);
+  timeline.record(span(0, "x", "ALLREDUCE", 1));
+  timeline.stop();
+}
+
+TEST_F(TimelineTest, ASymlinkAtThePathIsReplacedAndWhatItPointsToIsUntouched) {
+  const std::string victim = dir_.path() + "/victim.txt";
+  std::ofstream(victim) << "keep me";
+  ASSERT_EQ(symlink(victim.c_str(), path_.c_str()), 0);
+  record_one_span(path_);
+  EXPECT_EQ(read_file(victim), "keep me");
+  struct stat info {};
+  ASSERT_EQ(lstat(path_.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISREG(info.st_mode));
+  EXPECT_TRUE(contains(read_file(path_), "\"ts\": 1"));
+  EXPECT_EQ(entries(dir_.path()).size(), 2u);  // the trace and the victim: no draft left
+}
+
+TEST_F(TimelineTest, TheFileIsReadableByItsOwnerOnly) {
+  const mode_t before = umask(022);
+  record_one_span(path_);
+  umask(before);
+  struct stat info {};
+  ASSERT_EQ(stat(path_.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0600u);
+}
+
+TEST_F(TimelineTest, AnExistingFileIsReplacedNotTruncated) {
+  const std::string other_name = dir_.path() + "/other_name.json";
+  std::ofstream(path_) << "an earlier trace";
+  ASSERT_EQ(link(path_.c_str(), other_name.c_str()), 0);  // the same file under a second name
+  record_one_span(path_);
+  EXPECT_EQ(read_file(other_name), "an earlier trace");
+  const std::string text = read_file(path_);
+  EXPECT_EQ(text.rfind("{\"displayTimeUnit\"", 0), 0u) << text;
+  EXPECT_TRUE(contains(text, "\"ts\": 1")) << text;
+  EXPECT_EQ(entries(dir_.path()).size(), 2u);
 }
 
 TEST(TimelineFile, RankZeroWritesThePathOthersTagIt) {

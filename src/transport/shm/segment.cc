@@ -164,6 +164,35 @@ void unlink_segment(const std::string& name) noexcept {
   if (valid_segment_name(name)) unlink((kDirectory + name).c_str());
 }
 
+std::string format_segment_record(const SegmentRecord& record) {
+  return "ok " + record.name + " " + std::to_string(record.total_bytes);
+}
+
+SegmentRecord parse_segment_record(std::string_view text) {
+  auto refuse = [&](const std::string& why) {
+    const std::string shown(text.substr(0, 120));
+    return Internal("shared memory: malformed segment record '" + shown + (text.size() > 120 ? "...'" : "'") + ": " +
+                    why);
+  };
+  if (!text.starts_with("ok ")) throw refuse("it does not start with 'ok '");
+  const std::string_view rest = text.substr(3);
+  const size_t space = rest.find(' ');
+  if (space == std::string_view::npos) throw refuse("no size after the name");
+  SegmentRecord record;
+  record.name = std::string(rest.substr(0, space));
+  if (!valid_segment_name(record.name)) throw refuse("not a segment name of this user");
+  const std::string_view digits = rest.substr(space + 1);
+  if (digits.empty() || digits.size() > 20 || digits[0] == '0')
+    throw refuse("the size is not a decimal number without leading zeros");
+  for (const char c : digits) {
+    if (c < '0' || c > '9') throw refuse("the size is not a decimal number without leading zeros");
+    const auto digit = static_cast<uint64_t>(c - '0');
+    if (record.total_bytes > (UINT64_MAX - digit) / 10) throw refuse("the size exceeds 2^64-1");
+    record.total_bytes = record.total_bytes * 10 + digit;
+  }
+  return record;
+}
+
 Segment Segment::create(const std::string& name, const SegmentLayout& layout) {
   if (!valid_segment_name(name)) throw Internal("shared memory: bad segment name '" + name + "'");
   check_free_space(layout.total_bytes);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace hora::shm {
 
@@ -109,6 +110,19 @@ std::string random_segment_name();
 bool valid_segment_name(const std::string& name);
 // Removes the name; a name already gone is not an error. Never throws.
 void unlink_segment(const std::string& name) noexcept;
+
+// What set rank 0 publishes in the set's store once it has made the
+// segment: "ok <name> <total bytes, decimal>".
+struct SegmentRecord {
+  std::string name;
+  uint64_t total_bytes = 0;
+};
+std::string format_segment_record(const SegmentRecord& record);
+// The record that format_segment_record wrote, and only such a record:
+// throws Internal ("shared memory: malformed segment record '...': <what is
+// wrong>") for anything else (no "ok ", a refused name, a size that is not
+// a decimal number in 1..2^64-1 without leading zeros, trailing bytes).
+SegmentRecord parse_segment_record(std::string_view text);
 
 // One mapping of a segment, unmapped on destruction. Move-only.
 class Segment {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "net/frames.h"
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
 #include "transport/shm/segment.h"
@@ -86,7 +87,7 @@ class ShmBackend final : public Backend {
   // One control link, as its reader (the engine thread) sees it.
   struct Inbox {
     int peer = -1;
-    std::vector<uint8_t> received;  // bytes read but not yet returned
+    net::FrameReader frames;  // bytes read but not yet returned
     bool closed = false;
     bool closure_reported = false;
   };
@@ -169,6 +170,7 @@ class ShmBackend final : public Backend {
 
   std::mutex inbox_mutex_;       // held by the thread reading the incoming rings
   std::vector<Inbox> inboxes_;   // by set rank; peer -1 where no link
+  std::vector<uint8_t> ring_bytes_;  // drain()'s scratch; guarded by inbox_mutex_
   size_t next_inbox_ = 0;
   Clock::time_point next_control_liveness_check_{};  // guarded by inbox_mutex_
   std::vector<std::unique_ptr<std::mutex>> send_mutexes_;  // by set rank

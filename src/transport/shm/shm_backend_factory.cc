@@ -319,11 +319,9 @@ class ShmBackendFactory final : public BackendFactory {
   // Maps the segment that set rank 0's record "ok <name> <bytes>" names
   // (its name goes to `guard`) and marks `rank` attached.
   static Segment open_made(const std::string& ready, uint32_t ranks, int rank, NameGuard& guard) {
-    const std::string published = ready.substr(3);
-    const size_t space = published.find(' ');
-    guard.name = published.substr(0, space);
-    if (space == std::string::npos) throw Internal("shared memory: malformed segment record '" + published + "'");
-    Segment segment = Segment::open(guard.name, ranks, std::stoull(published.substr(space + 1)));
+    const shm::SegmentRecord record = shm::parse_segment_record(ready);
+    guard.name = record.name;
+    Segment segment = Segment::open(record.name, ranks, record.total_bytes);
     announce(segment, rank);
     return segment;
   }
@@ -360,7 +358,7 @@ class ShmBackendFactory final : public BackendFactory {
         guard.name.clear();  // create() removed what it made, if anything
         problem = e.what();
       }
-      store.post(kReadyKey, bytes_of(problem.empty() ? "ok " + guard.name + " " + std::to_string(layout.total_bytes)
+      store.post(kReadyKey, bytes_of(problem.empty() ? shm::format_segment_record({guard.name, layout.total_bytes})
                                                     : "-" + problem));
     }
     if (problem.empty()) return true;

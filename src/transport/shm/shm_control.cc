@@ -1,24 +1,18 @@
 // The control plane of ShmBackend: a star of byte-stream rings between the
 // coordinator (set rank 0) and each member, carrying [u32 length][bytes]
-// frames (see shm_backend.h).
-#include <cstring>
-
+// frames (see shm_backend.h, net/frames.h and ring.h).
 #include "hora/errors.h"
+#include "net/frames.h"
+#include "transport/shm/ring.h"
 #include "transport/shm/shm_backend.h"
 
 namespace hora::shm {
 namespace {
 
-constexpr size_t kMaxFrameBytes = size_t{1} << 30;
+using net::kMaxFrameBytes;
 
 std::atomic_ref<uint64_t> counter(uint8_t* ring, uint64_t offset) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(ring + offset));
-}
-
-uint32_t get_u32(const uint8_t* in) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i) value |= static_cast<uint32_t>(in[i]) << (8 * i);
-  return value;
 }
 
 }  // namespace
@@ -38,10 +32,9 @@ void ShmBackend::send_control(int to, const std::vector<uint8_t>& bytes) {
   if (member_departed(to))
     throw PeerFailure(set_name_ + ": the control connection to global rank " + std::to_string(global_ranks_[to]) +
                       " is closed");
-  uint8_t header[4];
-  for (int i = 0; i < 4; ++i) header[i] = static_cast<uint8_t>(bytes.size() >> (8 * i));
+  const std::array<uint8_t, 4> header = net::frame_header(bytes.size());
   const auto until = deadline();
-  write_to_ring(to, header, sizeof(header), until);
+  write_to_ring(to, header.data(), header.size(), until);
   write_to_ring(to, bytes.data(), bytes.size(), until);
 }
 
@@ -50,14 +43,12 @@ void ShmBackend::send_control(int to, const std::vector<uint8_t>& bytes) {
 void ShmBackend::write_to_ring(int to, const uint8_t* bytes, size_t size, Clock::time_point deadline) {
   uint8_t* base = ring(rank_ == 0 ? to : rank_, rank_ != 0);
   const uint64_t capacity = segment_.layout().ring_bytes;
-  uint8_t* data = base + SegmentLayout::kRingHeaderBytes;
-  uint64_t head = counter(base, field::kRingHead).load(std::memory_order_relaxed);
   const std::string peer = "global rank " + std::to_string(global_ranks_[to]);
   while (size > 0) {
     const uint64_t tail = counter(base, field::kRingTail).load(std::memory_order_acquire);
-    if (head - tail > capacity) throw PeerFailure(set_name_ + ": the control ring to " + peer + " is corrupt");
-    const uint64_t space = capacity - (head - tail);
-    if (space == 0) {
+    const std::optional<uint64_t> written = write_ring(base, capacity, bytes, size);
+    if (!written) throw PeerFailure(set_name_ + ": the control ring to " + peer + " is corrupt");
+    if (*written == 0) {
       // The reader may be inside a collective, where only its data
       // doorbell wakes it; it drains its rings between waits there.
       data_bells_[to].ring();
@@ -71,16 +62,9 @@ void ShmBackend::write_to_ring(int to, const uint8_t* bytes, size_t size, Clock:
         throw PeerFailure(set_name_ + ": " + peer + " read no control message for " + std::to_string(timeout_.count()) + " ms");
       continue;
     }
-    const uint64_t n = std::min<uint64_t>(space, size);
-    const uint64_t position = head % capacity;
-    const uint64_t first = std::min(n, capacity - position);
-    std::memcpy(data + position, bytes, first);
-    std::memcpy(data, bytes + first, n - first);
-    head += n;
-    counter(base, field::kRingHead).store(head, std::memory_order_release);
     bells_[to].ring();
-    bytes += n;
-    size -= n;
+    bytes += *written;
+    size -= *written;
   }
 }
 
@@ -103,21 +87,14 @@ void ShmBackend::drain_inboxes(bool check_liveness) {
 
 void ShmBackend::drain(Inbox& inbox, bool upward_ring) {
   uint8_t* base = ring(upward_ring ? inbox.peer : rank_, upward_ring);
-  const uint64_t capacity = segment_.layout().ring_bytes;
-  const uint64_t head = counter(base, field::kRingHead).load(std::memory_order_acquire);
-  const uint64_t tail = counter(base, field::kRingTail).load(std::memory_order_relaxed);
-  if (head == tail) return;
-  if (head - tail > capacity) {  // a peer that breaks the ring is treated as gone
+  ring_bytes_.clear();
+  const std::optional<uint64_t> moved = read_ring(base, segment_.layout().ring_bytes, ring_bytes_);
+  if (!moved) {  // a peer that breaks the ring is treated as gone
     inbox.closed = true;
     return;
   }
-  const uint8_t* data = base + SegmentLayout::kRingHeaderBytes;
-  const uint64_t n = head - tail;
-  const uint64_t position = tail % capacity;
-  const uint64_t first = std::min(n, capacity - position);
-  inbox.received.insert(inbox.received.end(), data + position, data + position + first);
-  inbox.received.insert(inbox.received.end(), data, data + (n - first));
-  counter(base, field::kRingTail).store(head, std::memory_order_release);
+  if (*moved == 0) return;
+  inbox.frames.append(ring_bytes_);
   bells_[inbox.peer].ring();
 }
 
@@ -125,11 +102,7 @@ bool ShmBackend::control_pending() const {
   for (const Inbox& inbox : inboxes_) {
     if (inbox.peer < 0 || inbox.closed) continue;
     const bool upward = rank_ == 0;
-    uint8_t* base = ring(upward ? inbox.peer : rank_, upward);
-    if (counter(base, field::kRingHead).load(std::memory_order_acquire) !=
-            counter(base, field::kRingTail).load(std::memory_order_relaxed) ||
-        member_departed(inbox.peer))
-      return true;
+    if (ring_has_data(ring(upward ? inbox.peer : rank_, upward)) || member_departed(inbox.peer)) return true;
   }
   return false;
 }
@@ -139,19 +112,11 @@ std::optional<ControlMessage> ShmBackend::pop_frame() {
     const size_t index = (next_inbox_ + n) % inboxes_.size();
     Inbox& inbox = inboxes_[index];
     if (inbox.peer < 0) continue;
-    auto& buf = inbox.received;
-    if (buf.size() >= 4) {
-      const size_t length = get_u32(buf.data());
-      if (length > kMaxFrameBytes) {  // a peer that breaks the framing is treated as gone
-        buf.clear();
-        inbox.closed = true;
-      } else if (buf.size() >= 4 + length) {
-        ControlMessage message{inbox.peer, std::vector<uint8_t>(buf.begin() + 4, buf.begin() + 4 + length)};
-        buf.erase(buf.begin(), buf.begin() + 4 + length);
-        next_inbox_ = index + 1;
-        return message;
-      }
+    if (std::optional<std::vector<uint8_t>> frame = inbox.frames.pop()) {
+      next_inbox_ = index + 1;
+      return ControlMessage{inbox.peer, std::move(*frame)};
     }
+    if (inbox.frames.broken()) inbox.closed = true;  // a peer that breaks the framing is treated as gone
     if (inbox.closed && !inbox.closure_reported) {
       inbox.closure_reported = true;
       next_inbox_ = index + 1;
