@@ -98,3 +98,28 @@ def test_a_size_one_torchrun_job_needs_no_master():
     result = run_init(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, TORCHELASTIC_RUN_ID="x")
     assert result.returncode == 0, result.stderr
     assert "size 1 rank 0" in result.stdout
+
+
+def test_torchrun_coordinates_name_the_hosts():
+    from hora.common.launchers import coordinates
+    torchrun = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1",
+                "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "host0", "MASTER_PORT": "29500",
+                "TORCHELASTIC_RUN_ID": "r"}
+    assert coordinates(torchrun) == ("torchrun", 5, 8, 1, 4, 1, 2, "host0", 29500)
+    # Without LOCAL_WORLD_SIZE (a PyTorchJob's pods): one process per host.
+    pods = {"RANK": "2", "WORLD_SIZE": "4", "MASTER_ADDR": "master", "MASTER_PORT": "23456"}
+    assert coordinates(pods) == ("torchrun", 2, 4, 0, 1, 2, 4, "master", 23456)
+    # horarun's variables rule.
+    assert coordinates(dict(torchrun, HORA_RANK="0")) is None
+
+
+def test_slurm_coordinates_read_the_tasks_per_node_list():
+    from hora.common.launchers import coordinates
+    step = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_NTASKS": "7", "SLURM_LOCALID": "1",
+            "SLURM_NODEID": "2", "SLURM_NNODES": "3", "SLURM_TASKS_PER_NODE": "2(x2),3",
+            "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    assert coordinates(step) == ("srun", 5, 7, 1, 3, 2, 3, "node0", 29500)
+    # Under an MPI launcher's PMI, hora bootstraps through MPI instead.
+    assert coordinates(dict(step, PMI_RANK="5")) is None
+    with pytest.raises(ValueError, match="SLURM_TASKS_PER_NODE='2\\(x2\\),3' names fewer nodes"):
+        coordinates(dict(step, SLURM_NODEID="3", SLURM_NNODES="4"))

@@ -60,10 +60,15 @@ def coordinates(environ):
     if "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ):
         launcher = "torchrun"
         rank, size = _integer(environ, "RANK"), _integer(environ, "WORLD_SIZE")
-        local_rank = _integer(environ, "LOCAL_RANK", rank)
-        local_size = _integer(environ, "LOCAL_WORLD_SIZE", size)
-        cross_rank = _integer(environ, "GROUP_RANK", 0)
-        cross_size = _integer(environ, "GROUP_WORLD_SIZE", max(1, size // max(1, local_size)))
+        if "LOCAL_WORLD_SIZE" in environ:
+            local_rank = _integer(environ, "LOCAL_RANK", rank)
+            local_size = _integer(environ, "LOCAL_WORLD_SIZE")
+            cross_rank = _integer(environ, "GROUP_RANK", 0)
+            cross_size = _integer(environ, "GROUP_WORLD_SIZE", max(1, size // local_size) if local_size else 1)
+        else:
+            # One process per host (a PyTorchJob's pods, say).
+            local_rank, local_size = _integer(environ, "LOCAL_RANK", 0), 1
+            cross_rank, cross_size = rank, size
     elif _slurm_step(environ) and not any(name in environ for name in MPI_VARIABLES) and (
             "MASTER_ADDR" in environ or "MASTER_PORT" in environ):
         launcher = "srun"
