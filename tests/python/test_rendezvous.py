@@ -357,3 +357,53 @@ def test_stop_wakes_blocked_requests_promptly():
     assert not thread.is_alive()
     assert time.monotonic() - start < 3
     assert len(errors) == 1
+
+
+# --- the command line -----------------------------------------------------------
+
+def run_server_command(args, env_secret=None, timeout=20):
+    """Starts `python -m hora.runner.rendezvous ARGS`; returns (process, first line)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "HORA_SECRET"}
+    if env_secret is not None:
+        env["HORA_SECRET"] = env_secret
+    process = subprocess.Popen([sys.executable, "-m", "hora.runner.rendezvous", "--port", "0"] + args,
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    return process
+
+
+def test_the_server_command_takes_no_secret_on_its_command_line():
+    process = run_server_command(["--secret", SECRET])
+    _, err = process.communicate(timeout=20)
+    assert process.returncode == 2
+    assert "unrecognized arguments: --secret" in err
+
+
+@pytest.mark.parametrize("how", ["environment", "file"])
+def test_the_server_command_reads_the_secret_from_the_environment_or_a_file(tmp_path, how):
+    if how == "file":
+        path = tmp_path / "secret"
+        path.write_text(SECRET + "\n")
+        path.chmod(0o600)
+        process = run_server_command(["--secret-file", str(path), "--exit-on-stdin-eof"])
+    else:
+        process = run_server_command(["--exit-on-stdin-eof"], env_secret=SECRET)
+    try:
+        port = int(process.stdout.readline())
+        with rz.RendezvousClient("127.0.0.1", port, SECRET) as c:
+            c.set("k", b"v")
+            assert c.get("k", timeout=1) == b"v"
+    finally:
+        process.stdin.close()
+        process.wait(timeout=20)
+    assert process.returncode == 0
+
+
+def test_the_server_command_without_a_secret_says_how_to_give_one():
+    process = run_server_command([])
+    _, err = process.communicate(timeout=20)
+    assert process.returncode == 2
+    assert "set HORA_SECRET or pass --secret-file" in err

@@ -372,7 +372,8 @@ class RendezvousClient:
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m hora.runner.rendezvous",
-        description="Runs a rendezvous server; prints its port on the first line.")
+        description="Runs a rendezvous server; prints its port on the first line.",
+        allow_abbrev=False)   # "--secret" must not pass for "--secret-file"
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--secret-file", metavar="PATH",
