@@ -168,6 +168,24 @@ void shm_ring_seeds(const std::string& dir) {
   write(dir, "then_write", ring(4, 0, 0, then_write));
 }
 
+// The store server fuzzer's first byte: bit 0 puts a valid proof of the
+// secret first, the rest says how many bytes each read takes (here 128).
+void store_server_seeds(const std::string& dir) {
+  using namespace hora::store_protocol;
+  const auto session = [](uint8_t first, const std::vector<Request>& requests) {
+    std::vector<uint8_t> bytes = {first};
+    for (const Request& request : requests) {
+      const std::vector<uint8_t> frame = encode_request(request);
+      bytes.insert(bytes.end(), frame.begin(), frame.end());
+    }
+    return bytes;
+  };
+  write(dir, "set_get", session(0xff, {{Command::kSet, 0, {"k"}, {'v'}}, {Command::kGet, 0, {"k"}, {}}}));
+  write(dir, "add_wait", session(0x03, {{Command::kAdd, 0, {"n"}, {'-', '2'}}, {Command::kWait, 5, {"n", "m"}, {}}}));
+  write(dir, "get_missing_ping", session(0x11, {{Command::kGet, 100, {"absent"}, {}}, {Command::kPing, 0, {}, {}}}));
+  write(dir, "no_proof", session(0xfe, {{Command::kSet, 0, {"k"}, {'v'}}}));
+}
+
 struct Target {
   const char* name;
   void (*write_seeds)(const std::string& dir);
@@ -176,6 +194,7 @@ struct Target {
 const Target kTargets[] = {
     {"control_wire_fuzzer", control_wire_seeds},
     {"store_protocol_fuzzer", store_protocol_seeds},
+    {"store_server_fuzzer", store_server_seeds},
     {"segment_header_fuzzer", segment_header_seeds},
     {"segment_record_fuzzer", segment_record_seeds},
     {"control_frames_fuzzer", control_frames_seeds},
