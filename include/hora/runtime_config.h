@@ -79,4 +79,8 @@ struct RuntimeConfig {
 // Malformed values throw InvalidArgument naming the variable.
 RuntimeConfig runtime_config_from_env();
 
+// HORA_MPI_LIBRARY: the MPI library (a file name or a path) that the MPI
+// backend loads instead of the one hora was built with; empty when unset.
+std::string mpi_library_from_env();
+
 }  // namespace hora

@@ -1,6 +1,7 @@
 #include "transport/registry.h"
 
 #include "hora/errors.h"
+#include "transport/mpi_plugin.h"
 
 #ifndef HORA_WITH_MPI
 #define HORA_WITH_MPI 0
@@ -8,6 +9,19 @@
 
 namespace hora {
 namespace {
+
+#if HORA_WITH_MPI
+// The MPI plugin, after the MPI library it runs on: HORA_MPI_LIBRARY, else
+// the library hora was built with, by its file name (the machine's own, as
+// the dynamic linker finds it), then where it was at build time.
+const MpiPlugin& mpi_plugin() {
+  const std::string chosen = mpi_library_from_env();
+  const std::vector<std::string> libraries =
+      chosen.empty() ? std::vector<std::string>{HORA_MPI_LIBRARY, HORA_MPI_LIBRARY_PATH}
+                     : std::vector<std::string>{chosen};
+  return load_mpi_plugin(HORA_MPI_PLUGIN, libraries);
+}
+#endif
 
 // A job that MPI starts or describes: mpirun, srun, init(comm=...), or an
 // explicit request for the MPI backend.
@@ -51,21 +65,42 @@ JobTransport open_job_transport(RuntimeConfig config) {
   const bool through_mpi = bootstraps_through_mpi(config);
   if (config.backend.empty()) config.backend = through_mpi ? "mpi" : "gloo";
   if (!through_mpi) return with_shared_memory(open_launcher_job(std::move(config)));
+  const std::string context =
+      "this process was started by an MPI launcher or asked for MPI (HORA_BACKEND=mpi, init(comm=...)), but ";
+  const std::string alternative = "; or run the job on Gloo: horarun without --mpi, HORA_BACKEND unset";
 #if HORA_WITH_MPI
-  return with_shared_memory(mpi_transport::open_job(std::move(config)));
+  const MpiPlugin* plugin = nullptr;
+  try {
+    plugin = &mpi_plugin();
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(context + error.what() + alternative);
+  }
+  return with_shared_memory(plugin->open_job(std::move(config)));
 #else
-  throw InvalidArgument(
-      "this process was started by an MPI launcher or asked for MPI (HORA_BACKEND=mpi, init(comm=...)), "
-      "but this build of hora has no MPI backend: install an MPI library (Debian: libopenmpi-dev) and "
-      "rebuild, or start the job with horarun");
+  throw InvalidArgument(context +
+                        "this build of hora has no MPI backend: build hora from source on a machine with an MPI "
+                        "library (Debian: apt-get install libopenmpi-dev)" +
+                        alternative);
 #endif
 }
 
-bool mpi_built() { return HORA_WITH_MPI != 0; }
+bool mpi_built() {
+#if HORA_WITH_MPI
+  try {
+    mpi_plugin();
+    return true;
+  } catch (const InvalidArgument&) {
+    return false;
+  }
+#else
+  return false;
+#endif
+}
 
 bool mpi_threads_supported() {
 #if HORA_WITH_MPI
-  return mpi_transport::threads_supported();
+  const MpiPlugin* plugin = loaded_mpi_plugin(HORA_MPI_PLUGIN);
+  return plugin && plugin->threads_supported();
 #else
   return false;
 #endif
@@ -73,7 +108,7 @@ bool mpi_threads_supported() {
 
 void abort_mpi_job(int exit_code) {
 #if HORA_WITH_MPI
-  mpi_transport::abort_job(exit_code);
+  if (const MpiPlugin* plugin = loaded_mpi_plugin(HORA_MPI_PLUGIN)) plugin->abort_job(exit_code);
 #else
   (void)exit_code;
 #endif

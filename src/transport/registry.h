@@ -26,7 +26,8 @@ struct JobTransport {
 // fit it.
 JobTransport open_job_transport(RuntimeConfig config);
 
-// Whether this build has the MPI backend.
+// Whether the MPI backend can run here: this build has it, and its plugin
+// and the MPI library it needs load (which loads them).
 bool mpi_built();
 // Whether MPI runs with MPI_THREAD_MULTIPLE in this process (false when MPI
 // is not built or not initialised).
@@ -35,12 +36,5 @@ bool mpi_threads_supported();
 // does nothing. For a rank that fails: its peers may wait in MPI forever,
 // and MPI_Finalize at exit would wait for them.
 void abort_mpi_job(int exit_code);
-
-namespace mpi_transport {
-// Defined by src/transport/mpi/ in builds with MPI (the registry calls them).
-JobTransport open_job(RuntimeConfig config);
-bool threads_supported();
-void abort_job(int exit_code);
-}  // namespace mpi_transport
 
 }  // namespace hora

@@ -89,6 +89,12 @@ std::string read_backend() {
 
 }  // namespace
 
+std::string mpi_library_from_env() {
+  const char* name = nullptr;
+  const char* value = lookup({"HORA_MPI_LIBRARY"}, &name);
+  return value ? value : "";
+}
+
 RuntimeConfig runtime_config_from_env() {
   RuntimeConfig c;
   c.rendezvous_host = read_string({"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"}, "");

@@ -1,5 +1,6 @@
 // A job under MPI: the world communicator, the store that rank 0 serves
-// (there is no horarun to serve one), and the backend factory.
+// (there is no horarun to serve one), and the backend factory; and the
+// entry point of the MPI plugin, which this folder is built into.
 #include <unistd.h>
 
 #include <mutex>
@@ -9,7 +10,7 @@
 #include "store/tcp_store_server.h"
 #include "transport/mpi/mpi_backend.h"
 #include "transport/mpi/mpi_world.h"
-#include "transport/registry.h"
+#include "transport/mpi_plugin.h"
 
 namespace hora::mpi_transport {
 namespace {
@@ -78,8 +79,6 @@ void check_world_size(const RuntimeConfig& config, const MpiWorld& world) {
                         "support), or choose HORA_BACKEND=gloo under horarun");
 }
 
-}  // namespace
-
 JobTransport open_job(RuntimeConfig config) {
   if (config.epoch > 0) {
     // The sets of the first job leave communicators and requests behind
@@ -128,4 +127,12 @@ void abort_job(int exit_code) {
   if (mpi_usable()) MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
+}  // namespace
 }  // namespace hora::mpi_transport
+
+// The plugin's one entry point (transport/mpi_plugin.h).
+extern "C" const hora::MpiPlugin* hora_mpi_plugin() {
+  static const hora::MpiPlugin plugin{hora::kMpiPluginInterface, &hora::mpi_transport::open_job,
+                                      &hora::mpi_transport::threads_supported, &hora::mpi_transport::abort_job};
+  return &plugin;
+}
