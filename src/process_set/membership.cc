@@ -15,17 +15,16 @@ std::string ranks_string(const std::vector<int>& ranks) {
 }
 
 std::vector<int> validate_ranks(std::vector<int> ranks, int world_size) {
-  if (ranks.empty()) throw InvalidArgument("a process set needs at least one rank");
+  const std::string set = "process set " + ranks_string(ranks) + ": ";
+  if (ranks.empty()) throw InvalidArgument(set + "a process set needs at least one rank");
   for (int r : ranks)
     if (r < 0 || r >= world_size)
-      throw InvalidArgument("rank " + std::to_string(r) + " is out of range for a job of size " +
+      throw InvalidArgument(set + "rank " + std::to_string(r) + " is out of range for a job of size " +
                             std::to_string(world_size) + " (valid ranks are 0.." + std::to_string(world_size - 1) +
                             ")");
   std::sort(ranks.begin(), ranks.end());
   auto dup = std::adjacent_find(ranks.begin(), ranks.end());
-  if (dup != ranks.end())
-    throw InvalidArgument("rank " + std::to_string(*dup) + " appears more than once in process set " +
-                          ranks_string(ranks));
+  if (dup != ranks.end()) throw InvalidArgument(set + "rank " + std::to_string(*dup) + " appears more than once");
   return ranks;
 }
 

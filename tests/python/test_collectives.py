@@ -24,3 +24,7 @@ def test_creating_a_set_involves_only_its_members(run_worker, tmp_path):
     result = run_worker("member_only.py", args=[str(tmp_path)])
     assert result.stdout.count("pair created and used") == 2, result.stdout
     assert result.stdout.count("own set done") == 2, result.stdout
+
+
+def test_process_sets_are_checked_on_every_rank_and_duplicates_refused(run_worker):
+    assert run_worker("set_validation.py").stdout.count("done") == 4

@@ -229,6 +229,25 @@ def test_version_and_check_build():
     assert "[ ] NCCL" in report.stdout
 
 
+def test_check_build_marks_only_frameworks_that_import(tmp_path):
+    # A framework that is installed but fails to import is not available.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('a broken torch')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    report = run("-cb", env=env)
+    assert report.returncode == 0, report.stderr
+    assert "[ ] PyTorch" in report.stdout, report.stdout
+    mxnet = subprocess.run([sys.executable, "-c", "import mxnet"], capture_output=True).returncode == 0
+    assert f"[{'X' if mxnet else ' '}] MXNet" in report.stdout, report.stdout
+
+
+@pytest.mark.parametrize("option", ["--nproc_per_node", "--nproc-per-node=2"])
+def test_other_launchers_process_counts_get_a_hint(option):
+    result = run(option, "2", "true")
+    assert result.returncode == 2
+    assert f"unrecognized argument {option.split('=')[0]}: did you mean -np?" in result.stderr, result.stderr
+
+
 def test_output_files_and_timestamps(tmp_path):
     result = run("-np", "2", "--output-filename", str(tmp_path / "logs"), "-prefix-timestamp",
                  sys.executable, "-c", "import os, sys; print('out', os.environ['HORA_RANK']); "

@@ -34,6 +34,11 @@ def horarun(*args):
      "does not support yet"),
     (["--cycle-time-ms", "1", "-np", "2", "python", "x.py"],
      "unknown option --cycle-time-ms: a horovodrun flag without effect on hora"),
+    (["-n", "2", "python", "x.py"], "unknown option -n: did you mean -np?"),
+    (["--nproc_per_node", "2", "python", "x.py"], "unknown option --nproc_per_node: did you mean -np?"),
+    (["--nproc-per-node=2", "python", "x.py"], "unknown option --nproc-per-node: did you mean -np?"),
+    (["-np", "2", "--timeline-filename", "/nonexistent-dir/trace.json", "python", "x.py"],
+     "--timeline-filename /nonexistent-dir/trace.json: the directory /nonexistent-dir does not exist"),
 ])
 def test_an_unknown_option_is_named_wherever_it_stands(args, message):
     result = horarun(*args)

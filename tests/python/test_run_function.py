@@ -72,12 +72,18 @@ def test_output_files_follow_horovods_layout(tmp_path):
         assert (tmp_path / "out" / f"rank.{rank}" / "stderr").read_text() == ""
 
 
-@pytest.mark.parametrize("argument", ["min_num_proc", "max_num_proc", "slots", "reset_limit",
-                                      "cooldown_range", "host_discovery_script", "min_np", "max_np",
-                                      "network_interface", "network_interfaces"])
-def test_unsupported_arguments_are_refused_by_name(argument):
-    with pytest.raises(NotImplementedError, match=f"{argument} is not supported by hora yet"):
-        hora.runner.run(print, np=1, **{argument: 2})
+def test_elastic_arguments_run_the_elastic_driver(monkeypatch):
+    monkeypatch.setenv("HORA_ELASTIC_DISCOVERY_INTERVAL", "0.2")
+    results = hora.runner.run(collective_step, args=(1.0,), min_np=2, max_np=2,
+                              host_discovery_script="echo localhost:2")
+    assert results == [(0, 2, 3.0), (1, 2, 3.0)]
+    with pytest.raises(ValueError, match="needs --host-discovery-script"):
+        hora.runner.run(print, min_num_proc=2)
+
+
+@pytest.mark.parametrize("interfaces", [{"network_interfaces": ["lo"]}, {"network_interface": "lo"}])
+def test_network_interfaces_choose_where_the_ranks_listen(interfaces):
+    assert hora.runner.run(collective_step, args=(1.0,), np=2, **interfaces) == [(0, 2, 3.0), (1, 2, 3.0)]
 
 
 @pytest.mark.parametrize("arguments, message", [

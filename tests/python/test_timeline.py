@@ -142,6 +142,14 @@ def test_merge_refuses_a_file_that_is_not_a_timeline(tmp_path, capsys):
         merge([tmp_path / "obj.json"])
 
 
+def test_a_timeline_into_a_missing_directory_fails_at_init(tmp_path):
+    path = tmp_path / "missing" / "trace.json"
+    run = subprocess.run([sys.executable, "-c", "import hora.numpy as hvd; hvd.init()"], capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, HOROVOD_TIMELINE=str(path)))
+    assert run.returncode != 0
+    assert f"HOROVOD_TIMELINE={path}: the directory {path.parent} does not exist" in run.stderr, run.stderr
+
+
 def test_the_file_is_valid_after_an_exception(tmp_path):
     path = tmp_path / "trace.json"
     run = subprocess.run(horarun_cmd("exception"), capture_output=True, text=True, timeout=120, cwd=REPO,

@@ -1,6 +1,7 @@
 """Lifecycle and topology: init, shutdown, rank and size queries."""
 
 import atexit
+import os
 import sys
 
 from hora import _core
@@ -20,7 +21,11 @@ def init(comm=None, process_sets=None):
     ``"dynamic"``, accepted for Horovod compatibility): they get ids 1..k in
     that order, and only their members connect them. Sets made from mpi4py
     communicators may differ between ranks (a ``Split``): the distinct sets
-    are numbered in order of position, then of rank, as Horovod does.
+    are numbered in order of position, then of rank, as Horovod does. As on
+    Horovod, a set that duplicates another entry (the same ranks in any
+    order) or the global set raises ValueError, and hora stays uninitialized.
+    Called again once initialized, init() gives each set it is passed the id
+    of the existing set with its ranks (ValueError if there is none).
 
     ``comm`` makes the job's world an mpi4py communicator, or a list of ranks
     of MPI_COMM_WORLD (only those ranks call init); hora's ranks are then
@@ -37,24 +42,27 @@ def init(comm=None, process_sets=None):
         if not isinstance(ps, _process_sets.ProcessSet):
             raise ValueError(f"process_sets must hold ProcessSet objects, got {type(ps).__name__}")
     if _core.is_initialized():
+        _process_sets.adopt_existing_sets(sets)
         return
     metrics_port = _metrics_http.port_from_environment()
     metrics_address = _metrics_http.address_from_environment()
     mpi_communicator, world_ranks = _mpi.world_arguments(comm)
     _mpi.on_init(comm)
     try:
-        if any(ps.mpi_comm is not None for ps in sets):
-            for ps in sets:
-                if ps.mpi_comm is not None:
-                    ps.ranks = _mpi.communicator_ranks(ps.mpi_comm)
-            initial, ids = _mpi.agree_initial_sets([ps.ranks for ps in sets])
-        else:
-            initial, ids = [ps.ranks for ps in sets], list(range(1, len(sets) + 1))
+        _check_timeline_directory()
+        initial, ids = _initial_sets(sets)
         if _elastic.in_elastic_job():
             _elastic.join_round()   # this worker's rank and size in the driver's newest round
-        else:
+        elif comm is None:
             _launchers.adopt()      # torchrun's (or srun's) job, when one started this process
+        if sets:
+            _process_sets.check_initial_sets([ps.ranks for ps in sets], _size_before_init(comm, world_ranks))
         _core.init(initial, mpi_communicator, world_ranks)
+        try:
+            _process_sets.check_initial_sets([ps.ranks for ps in sets], _core.size())
+        except ValueError:
+            _core.shutdown()
+            raise
     except BaseException:
         _mpi.on_shutdown()
         raise
@@ -64,6 +72,58 @@ def init(comm=None, process_sets=None):
     _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
     _metrics_http.start(metrics_port, _core.local_rank(), metrics_address)
     _monitor.start(_core.rank())
+
+
+def _initial_sets(sets):
+    """(the core's initial sets, the ids of ``sets``). Duplicates are refused
+    before any rank waits for another, as on Horovod; a copy of the global
+    set, once the job's size is known."""
+    if not any(ps.mpi_comm is not None for ps in sets):
+        _process_sets.check_initial_sets([ps.ranks for ps in sets])
+        return [ps.ranks for ps in sets], list(range(1, len(sets) + 1))
+    for ps in sets:
+        if ps.mpi_comm is not None:
+            ps.ranks = _mpi.communicator_ranks(ps.mpi_comm)
+    _process_sets.check_initial_sets([ps.ranks for ps in sets], _mpi.world_size())
+    return _mpi.agree_initial_sets([ps.ranks for ps in sets])
+
+
+def _check_timeline_directory():
+    """ValueError when HORA_TIMELINE (HOROVOD_TIMELINE) names a file in a
+    directory that does not exist or cannot be written: the timeline would
+    record nothing. Every rank checks, as any rank may write a file there."""
+    name = next((n for n in ("HORA_TIMELINE", "HOROVOD_TIMELINE") if os.environ.get(n)), None)
+    if name is None:
+        return
+    path = os.environ[name]
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"{name}={path}: the directory {directory} does not exist; create it, or point "
+                         f"{name} into an existing directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}={path}: the directory {directory} is not writable")
+
+
+# Where the core finds the job's size (src/util/env.cc), in its order.
+_SIZE_VARIABLES = ("HORA_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_SLURM_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+
+
+def _size_before_init(comm, world_ranks):
+    """The job's size as the core will find it, or None where it is not
+    known before init (the sets are checked again after it)."""
+    if world_ranks:
+        return len(world_ranks)
+    if _mpi.is_communicator(comm):
+        return comm.Get_size()
+    names = _SIZE_VARIABLES
+    if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
+        names += _SLURM_SIZE_VARIABLES
+    for name in names:
+        value = os.environ.get(name, "")
+        if value:
+            return int(value) if value.isdigit() and int(value) > 0 else None
+    return None
 
 
 _shutdown_registered = False

@@ -66,6 +66,15 @@ def _world_group():
         group.Free()
 
 
+def world_size():
+    """The number of ranks in the job's world (local: no communication)."""
+    group = _world_group()
+    try:
+        return group.Get_size()
+    finally:
+        group.Free()
+
+
 def _world_communicator():
     """The job's world as a communicator. Collective over the world when
     init(comm=[ranks]) was given, so only init calls it."""

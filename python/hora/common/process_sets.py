@@ -39,19 +39,7 @@ class ProcessSet:
             if _core.is_initialized():
                 self.ranks = _mpi.communicator_ranks(ranks_or_comm)
             return
-        try:
-            ranks = [operator.index(r) for r in ranks_or_comm]
-        except TypeError:
-            raise ValueError(
-                "ProcessSet should be initialized with an iterable of integer ranks, "
-                f"got {ranks_or_comm!r}") from None
-        for r in ranks:
-            if r < 0:
-                raise ValueError(f"rank {r} is negative; ranks of a process set must be >= 0")
-        if len(set(ranks)) != len(ranks):
-            dup = next(r for r in ranks if ranks.count(r) > 1)
-            raise ValueError(f"rank {dup} appears more than once in process set {sorted(ranks)}")
-        self.ranks = sorted(ranks)
+        self.ranks = validated_ranks(ranks_or_comm)
 
     def size(self):
         """Number of ranks in the set."""
@@ -119,10 +107,110 @@ class ProcessSet:
         return ops.barrier(process_set=self)
 
 
-global_process_set = ProcessSet([])
+def validated_ranks(ranks_or_comm):
+    """The sorted ranks of ``ProcessSet(ranks_or_comm)``; ValueError naming
+    the set and the bad rank when one is not an integer, is negative, appears
+    twice, or (once hora is initialized) is outside the job, and when there
+    is none. Every rank checks, members or not."""
+    try:
+        if isinstance(ranks_or_comm, (str, bytes)):
+            raise TypeError
+        given = list(ranks_or_comm)
+    except TypeError:
+        raise ValueError("ProcessSet should be initialized with an iterable of integer ranks or an mpi4py "
+                         f"communicator, got {ranks_or_comm!r}") from None
+    named = f"ProcessSet({given!r})"
+    ranks = []
+    for r in given:
+        try:
+            if isinstance(r, bool):
+                raise TypeError
+            ranks.append(operator.index(r))
+        except TypeError:
+            raise ValueError(f"{named}: rank {r!r} is not an integer; a process set takes integer ranks") from None
+    if not ranks:
+        raise ValueError(f"{named}: a process set needs at least one rank")
+    for r in ranks:
+        if r < 0:
+            raise ValueError(f"{named}: rank {r} is negative; ranks of a process set must be >= 0")
+    if len(set(ranks)) != len(ranks):
+        dup = next(r for r in ranks if ranks.count(r) > 1)
+        raise ValueError(f"{named}: rank {dup} appears more than once")
+    if _core.is_initialized():
+        check_in_job(ranks, _core.size(), named)
+    return sorted(ranks)
+
+
+def check_in_job(ranks, size, named=None):
+    """ValueError naming the set unless every rank is below ``size``."""
+    for r in ranks:
+        if r >= size:
+            raise ValueError(f"{named or f'process set {ranks}'}: rank {r} is out of range for a job of "
+                             f"size {size} (valid ranks are 0..{size - 1})")
+
+
+# The global set is the one set without ranks of its own until init.
+global_process_set = ProcessSet.__new__(ProcessSet)
+global_process_set._removed_id = None
+global_process_set.ranks = []
 global_process_set.process_set_id = 0
 
 _by_id = {0: global_process_set}
+
+
+# The sets init() and add_process_set made on this rank, members' and
+# non-members' alike, by their ranks: as on Horovod, no second set with the
+# same ranks may be added while one exists (sets first used without being
+# added are not counted: only their members know of them).
+_added = {}
+
+
+def check_initial_sets(rank_lists, world_size=None):
+    """ValueError naming the entry of ``init(process_sets=...)`` that
+    duplicates an earlier entry (the same ranks in any order) or, once the
+    job's size is known, the global set or has a rank outside the job."""
+    seen = {}
+    for index, ranks in enumerate(rank_lists):
+        entry = f"init(process_sets=...): entry number {index}, process set {ranks},"
+        if world_size is not None:
+            check_in_job(ranks, world_size, entry[:-1])
+            if list(ranks) == list(range(world_size)):
+                raise ValueError(f"{entry} is a duplicate of the global process set (every rank of the job); "
+                                 "use hvd.global_process_set")
+        if tuple(ranks) in seen:
+            raise ValueError(f"{entry} is a duplicate of entry number {seen[tuple(ranks)]}; "
+                             "duplicate process sets are not allowed")
+        seen[tuple(ranks)] = index
+
+
+def adopt_existing_sets(sets):
+    """``init(process_sets=sets)`` once hora is initialized: each set takes
+    the id of the set with its ranks that init() or add_process_set made."""
+    for ps in sets:
+        _resolve_communicator(ps)
+    check_initial_sets([ps.ranks for ps in sets], _core.size())
+    for index, ps in enumerate(sets):
+        existing = _added.get(tuple(ps.ranks))
+        if existing is None:
+            raise ValueError(f"init(process_sets=...): hora is already initialized and has no process set "
+                             f"{ps.ranks} (entry number {index}); add it with add_process_set")
+        if existing is not ps:
+            ps.process_set_id = existing.process_set_id
+
+
+def _check_not_added(ranks):
+    if ranks == global_process_set.ranks:
+        raise ValueError(f"Attempted to add a duplicate process set: {ranks} are all ranks of the job, the "
+                         "global process set (hvd.global_process_set)")
+    existing = _added.get(tuple(ranks))
+    if existing is not None:
+        raise ValueError(f"Attempted to add a duplicate process set: {existing} exists with the ranks "
+                         f"{ranks}; remove it first or keep using it")
+
+
+def _forget(ps):
+    if isinstance(ps, ProcessSet) and ps.ranks is not None and _added.get(tuple(ps.ranks)) is ps:
+        del _added[tuple(ps.ranks)]
 
 
 def _on_init(initial_sets, ids, world_comm=None):
@@ -139,6 +227,9 @@ def _on_init(initial_sets, ids, world_comm=None):
             ps = ProcessSet(_core.process_set(set_id)[1])
             ps.process_set_id = set_id
             _by_id[set_id] = ps
+    for set_id, ps in _by_id.items():
+        if set_id != 0:
+            _added.setdefault(tuple(ps.ranks), ps)
 
 
 def _on_shutdown():
@@ -148,6 +239,7 @@ def _on_shutdown():
     for ps in list(_awaiting_id):
         ps.process_set_id = None
     _awaiting_id.clear()
+    _added.clear()
     _by_id.clear()
     _by_id[0] = global_process_set
     global_process_set.mpi_comm = None
@@ -190,6 +282,7 @@ def resolve(process_set):
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
     _resolve_communicator(process_set)
+    check_in_job(process_set.ranks, _core.size())
     if not process_set.included():
         raise ValueError(f"rank {_core.rank()} is not a member of process set {process_set.ranks}")
     return _register(process_set, first_use=True).process_set_id
@@ -207,7 +300,9 @@ def add_process_set(process_set):
     Only members block, until the set's lowest member has called it.
     Non-members get the set back at once; reading its ``process_set_id``
     later waits for the id the members agreed on. Accepts a ``ProcessSet`` or
-    a list of ranks.
+    a list of ranks. As on Horovod, a set with the ranks of the global set or
+    of a set that init() or add_process_set made (and that was not removed)
+    is refused with ValueError, on members and non-members alike.
     """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
@@ -216,7 +311,11 @@ def add_process_set(process_set):
     if not _core.is_initialized():
         raise ValueError("hora has not been initialized; call hvd.init() first")
     _resolve_communicator(process_set)
-    return _register(process_set)
+    check_in_job(process_set.ranks, _core.size(), str(process_set))
+    _check_not_added(process_set.ranks)
+    _register(process_set)
+    _added[tuple(process_set.ranks)] = process_set
+    return process_set
 
 
 def remove_process_set(process_set):
@@ -230,6 +329,7 @@ def remove_process_set(process_set):
     if isinstance(process_set, ProcessSet):
         if _is_non_members_set(process_set):
             _by_id.pop(process_set._non_member_id, None)
+            _forget(process_set)
             process_set.invalidate()
             return True
         set_id = process_set._id
@@ -250,6 +350,7 @@ def remove_process_set(process_set):
     ps = _by_id.pop(set_id, None)
     for obj in (ps, process_set):
         if isinstance(obj, ProcessSet):
+            _forget(obj)
             obj.invalidate()
     return removed
 

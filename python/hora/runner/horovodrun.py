@@ -23,7 +23,7 @@ import os
 import sys
 import textwrap
 
-from hora.runner import launch
+from hora.runner import launch, usage
 
 HOROVOD_VERSION = "0.28.1"   # the horovodrun whose flags these are
 
@@ -310,7 +310,13 @@ def _no_effect_reason(flag):
 
 def parse_args(argv):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        option = unknown[0].split("=", 1)[0]
+        if option in usage.RANK_COUNT_OPTIONS:
+            parser.error(f"unrecognized argument {option}: did you mean -np? (horovodrun -np N: the number "
+                         "of processes)")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.config_file is not None:
         try:
             apply_config_file(args, args.config_file, given_on_command_line(parser, argv))
@@ -331,16 +337,27 @@ def parse_args(argv):
     return args
 
 
+def framework_available(name):
+    """Whether framework `name` imports in this Python and hora has a front
+    end for it (hora.<name>)."""
+    if importlib.util.find_spec(name) is None or importlib.util.find_spec(f"hora.{name}") is None:
+        return False
+    try:
+        importlib.import_module(name)
+    except Exception:   # installed but broken (MXNet 1.9 with NumPy >= 1.24, say)
+        return False
+    return True
+
+
 def check_build_report():
-    """Horovod's --check-build table, for this installation of hora."""
+    """Horovod's --check-build table, for this installation of hora: a
+    framework is marked when it imports in this Python."""
     from hora import _core
 
     def mark(flag):
         return "X" if flag else " "
 
-    torch = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("hora.torch") is not None
-    tensorflow = importlib.util.find_spec("hora.tensorflow") is not None
-    mxnet = importlib.util.find_spec("hora.mxnet") is not None
+    tensorflow, torch, mxnet = (framework_available(name) for name in ("tensorflow", "torch", "mxnet"))
     mpi = _core.mpi_built()
     return textwrap.dedent(f"""\
         Horovod v{HOROVOD_VERSION} (hora):

@@ -18,7 +18,6 @@ import cloudpickle
 from hora.runner import horovodrun, launch, mpi_run, signed
 from hora.runner.rendezvous import RendezvousClient, RendezvousServer
 
-_ELASTIC = "elastic training"
 # How a rank (run_task.py) finds the store, and the keys it uses there.
 ADDR, PORT, SECRET = "HORA_RUN_FUNCTION_ADDR", "HORA_RUN_FUNCTION_PORT", "HORA_RUN_FUNCTION_SECRET"
 FUNCTION_KEY = "function"
@@ -42,17 +41,21 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     older name) and returns the list of their results, index = rank.
 
     Arguments mean what they mean to Horovod's run(). ``disable_cache`` has
-    no effect on hora (a note says so); the elastic arguments and network
-    interfaces are not supported yet (NotImplementedError). Raises
+    no effect on hora (a note says so). ``network_interfaces`` (a list, or
+    ``network_interface`` as one comma-separated string) is horarun's
+    --network-interfaces. The elastic arguments (``min_num_proc`` or
+    ``min_np``, ``max_num_proc`` or ``max_np``, ``slots``, ``reset_limit``,
+    ``cooldown_range``, ``host_discovery_script``) run horarun's elastic
+    driver, which needs ``host_discovery_script``; the result is then the
+    list of the last round's workers' results, in rank order. Raises
     ValueError for bad arguments and RuntimeError, naming the rank and
     carrying its traceback, when a rank fails.
     """
     if np is not None:
         num_proc = np
-    _refuse_unsupported(min_num_proc=min_num_proc, max_num_proc=max_num_proc, slots=slots,
-                        reset_limit=reset_limit, cooldown_range=cooldown_range,
-                        host_discovery_script=host_discovery_script, min_np=min_np, max_np=max_np,
-                        network_interface=network_interface, network_interfaces=network_interfaces)
+    min_num_proc = min_np if min_num_proc is None else min_num_proc
+    max_num_proc = max_np if max_num_proc is None else max_num_proc
+    interfaces = _interfaces(network_interface, network_interfaces)
     if disable_cache:
         horovodrun.note_once("disable_cache", "hora runs no cached start-up checks", prog="hora.runner.run")
     if use_gloo and use_mpi:
@@ -61,6 +64,13 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         horovodrun.note_once("mpi_args", "it applies with use_mpi=True only", prog="hora.runner.run")
     argv = _horarun_arguments(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
                               output_filename, verbose, use_mpi, mpi_args, executable)
+    if np is None and min_num_proc is not None and num_proc < min_num_proc:
+        argv[:2] = []   # the default num_proc: the first round waits for min_num_proc workers
+    if interfaces:
+        argv[:0] = ["--network-interfaces", interfaces]
+    argv[:0] = _elastic_arguments(min_num_proc=min_num_proc, max_num_proc=max_num_proc, slots=slots,
+                                  reset_limit=reset_limit, cooldown_range=cooldown_range,
+                                  host_discovery_script=host_discovery_script)
     job_args = launch.parse_args(argv, raise_errors=True)
     kwargs = kwargs or {}
     payload = cloudpickle.dumps(lambda: func(*args, **kwargs))
@@ -71,20 +81,47 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         with RendezvousClient("127.0.0.1" if bind == "0.0.0.0" else bind, server.port, secret) as store:
             store.set(FUNCTION_KEY, signed.sign(secret, FUNCTION_KEY, payload))
             environment = {ADDR: address, PORT: str(server.port), SECRET: secret}
+            if job_args.elastic:
+                from hora.runner import elastic
+
+                job = elastic.ElasticJob(job_args, extra_env=environment, name="hora.runner.run")
+                status = job.run()
+                return _collect(store, secret, list(job.order), status, what="worker")
             if use_mpi:
                 status = mpi_run.run(job_args, extra_env=environment, replace_process=False)
             else:
                 status = launch.Job(job_args, extra_env=environment).run()
-            return _collect(store, secret, job_args.num_proc, status)
+            return _collect(store, secret, list(range(job_args.num_proc)), status)
     finally:
         server.stop()
 
 
-def _refuse_unsupported(**arguments):
-    for name, value in arguments.items():
-        if value is not None:
-            what = "choosing network interfaces" if name.startswith("network") else _ELASTIC
-            raise NotImplementedError(f"{name} is not supported by hora yet ({what})")
+def _interfaces(network_interface, network_interfaces):
+    """horarun's --network-interfaces value, or None."""
+    if network_interface is not None and network_interfaces is not None:
+        raise ValueError("give either network_interface or network_interfaces, not both")
+    names = network_interface if network_interfaces is None else network_interfaces
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = names.split(",")
+    names = [str(name).strip() for name in names if str(name).strip()]
+    if not names:
+        raise ValueError("network_interfaces names no interface")
+    return ",".join(names)
+
+
+def _elastic_arguments(**arguments):
+    """horarun's elastic flags for run()'s elastic arguments."""
+    flags = {"min_num_proc": "--min-np", "max_num_proc": "--max-np", "slots": "--slots-per-host",
+             "reset_limit": "--reset-limit", "host_discovery_script": "--host-discovery-script"}
+    argv = []
+    for name, flag in flags.items():
+        if arguments[name] is not None:
+            argv += [flag, str(arguments[name])]
+    if arguments["cooldown_range"] is not None:
+        argv += ["--blacklist-cooldown-range", *(str(v) for v in arguments["cooldown_range"])]
+    return argv
 
 
 def _horarun_arguments(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
@@ -102,26 +139,30 @@ def _horarun_arguments(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_i
     return argv + ["--", executable or sys.executable, "-m", "hora.runner.run_task"]
 
 
-def _collect(store, secret, size, status):
-    """The ranks' results in rank order; RuntimeError naming the first rank
-    that failed (with its traceback), returned nothing or whose result is
-    not signed with `secret`."""
-    for rank in range(size):
+def _collect(store, secret, keys, status, what="rank"):
+    """The results stored under `keys` (ranks, or an elastic job's worker
+    ids in rank order), in that order; RuntimeError naming the first that
+    failed (with its traceback), returned nothing or whose result is not
+    signed with `secret`."""
+    if not keys and status != 0:
+        raise RuntimeError(f"hora.runner.run: the job exited with status {status} before any {what} "
+                           "finished; its output above says why")
+    for key in keys:
         try:
-            error = store.get(error_key(rank), timeout=0)
+            error = store.get(error_key(key), timeout=0)
         except TimeoutError:
             continue
-        raise RuntimeError(f"rank {rank} of hora.runner.run raised:\n{error.decode(errors='replace')}")
+        raise RuntimeError(f"{what} {key} of hora.runner.run raised:\n{error.decode(errors='replace')}")
     results = []
-    for rank in range(size):
+    for key in keys:
         try:
-            results.append(cloudpickle.loads(signed.verify(secret, result_key(rank),
-                                                           store.get(result_key(rank), timeout=0))))
+            results.append(cloudpickle.loads(signed.verify(secret, result_key(key),
+                                                           store.get(result_key(key), timeout=0))))
         except TimeoutError:
-            raise RuntimeError(f"rank {rank} of hora.runner.run returned no result (the job exited with "
+            raise RuntimeError(f"{what} {key} of hora.runner.run returned no result (the job exited with "
                                f"status {status}; its output above says why)") from None
         except signed.UnsignedValueError as error:
-            raise RuntimeError(f"rank {rank} of hora.runner.run: its result {error}") from None
+            raise RuntimeError(f"{what} {key} of hora.runner.run: its result {error}") from None
     if status != 0:
         raise RuntimeError(f"hora.runner.run: the job exited with status {status} after every rank "
                            "returned its result")

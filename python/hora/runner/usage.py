@@ -144,12 +144,19 @@ def first_unknown_option(parser, argv):
     return None
 
 
+# Other launchers' names for the number of processes (mpirun's -n,
+# torchrun's --nproc_per_node): horarun's is -np.
+RANK_COUNT_OPTIONS = ("-n", "--n", "--np", "--nproc_per_node", "--nproc-per-node", "--nprocs")
+
+
 def unknown_option_message(option):
     """The error for an option horarun does not know, with a hint where
-    horovodrun knows it."""
+    another launcher or horovodrun knows it."""
     from hora.runner import horovodrun
 
     message = f"unknown option {option}"
+    if option in RANK_COUNT_OPTIONS or (option.startswith("-n") and option[2:].isdigit()):
+        return f"{message}: did you mean -np? (horarun -np N: the number of ranks)"
     action = horovodrun.build_parser()._option_string_actions.get(option)
     if action is None:
         return message + " (see horarun --help)"

@@ -8,20 +8,11 @@ import hora.common.adapters as adapters
 import hora.common.basics as basics
 import hora.common.ops as ops
 import hora.common.process_sets as process_sets
+from checks import raises
 
 FRAMEWORKS = ("numpy", "torch", "hora.numpy", "hora.torch")
 loaded = [name for name in FRAMEWORKS if name in sys.modules]
 assert not loaded, f"hora.common imported {loaded}"
-
-
-def raises(exc, fn, *texts):
-    try:
-        fn()
-    except exc as e:
-        for text in texts:
-            assert text in str(e), f"{text!r} not in {str(e)!r}"
-        return
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
 
 
 class Box:

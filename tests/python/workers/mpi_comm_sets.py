@@ -11,12 +11,21 @@ me = world.rank
 halves = world.Split(color=me % 2, key=me)  # [0, 2] on even ranks, [1, 3] on odd ones
 by_comm = hvd.ProcessSet(halves)
 assert by_comm.mpi_comm is halves and by_comm.ranks is None  # ranks are known after init
-hvd.init(comm=world, process_sets=[by_comm, hvd.ProcessSet([0, 2]), hvd.ProcessSet(world.Dup()),
-                                   hvd.ProcessSet([0])])
+# As on Horovod, a copy of the world or of another entry is refused on
+# every rank, before any rank waits for another, and hora stays uninitialized.
+for duplicates in ([by_comm, hvd.ProcessSet(world.Dup())], [by_comm, hvd.ProcessSet(halves.Dup())],
+                   [hvd.ProcessSet(halves), hvd.ProcessSet([2 + me % 2, me % 2])]):
+    try:
+        hvd.init(comm=world, process_sets=duplicates)
+    except ValueError as error:
+        assert "duplicate" in str(error), error
+    else:
+        raise AssertionError(f"init accepted the duplicates {duplicates}")
+    assert not hvd.is_initialized()
+hvd.init(comm=world, process_sets=[by_comm, hvd.ProcessSet([0])])
 assert hvd.mpi_enabled() and hvd.mpi_threads_supported()
 assert hvd.global_process_set.mpi_comm is world
-# The distinct sets are numbered by position, then rank: evens 1, odds 2, [0] 3;
-# a copy of an existing set or of the world gets its id.
+# The distinct sets are numbered by position, then rank: evens 1, odds 2, [0] 3.
 expected = {0: [0, 2], 1: [1, 3]}[me % 2]
 assert by_comm.ranks == expected, by_comm
 assert by_comm.process_set_id == (1 if me % 2 == 0 else 2), by_comm

@@ -1,13 +1,11 @@
-"""Assertions the torch workers share."""
+"""Assertions the torch workers share: those of tests/python/workers/checks.py."""
 
+import importlib.util
+import os
 
-def raises(exc, fn, *texts):
-    """Calls ``fn``, which must raise ``exc`` with every one of ``texts`` in
-    its message; returns the message."""
-    try:
-        fn()
-    except exc as e:
-        for text in texts:
-            assert text in str(e), f"{text!r} not in {str(e)!r}"
-        return str(e)
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
+_SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "workers", "checks.py")
+_spec = importlib.util.spec_from_file_location("hora_test_checks", _SHARED)
+_checks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_checks)
+
+raises = _checks.raises
