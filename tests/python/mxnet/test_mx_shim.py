@@ -21,7 +21,9 @@ def test_shim_modules_are_hora_modules(shim_site):
             "from horovod.mxnet.compression import Compression;"
             "assert hvd.allreduce is hora.mxnet.allreduce is m.allreduce and m.Sum == 1;"
             "assert hvd.DistributedTrainer is hora.mxnet.DistributedTrainer;"
-            "assert broadcast_object is hvd.broadcast_object and Compression is hvd.Compression; print('ok')")
+            "assert broadcast_object is hvd.broadcast_object and Compression is hvd.Compression;"
+            "hvd.init(); assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == {0: [0]};"
+            "assert m._basics.rank() == 0; print('ok')")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim_site), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert result.stdout.strip() == "ok", result.stderr

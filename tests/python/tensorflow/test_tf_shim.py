@@ -24,7 +24,9 @@ def test_shim_modules_are_hora_modules(shim_site):
             "assert hvd.allreduce is hora.tensorflow.allreduce and m.Sum == 1 and u._executing_eagerly();"
             "assert k.DistributedOptimizer is hora.tensorflow.keras.DistributedOptimizer is k2.DistributedOptimizer;"
             "assert MetricAverageCallback is k.callbacks.MetricAverageCallback;"
-            "assert broadcast_object is hvd.broadcast_object; print('ok')")
+            "assert broadcast_object is hvd.broadcast_object;"
+            "hvd.init(); assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == {0: [0]};"
+            "assert m._basics.rank() == 0; print('ok')")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim_site), os.environ.get("PYTHONPATH", "")]),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)

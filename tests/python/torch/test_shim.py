@@ -34,6 +34,27 @@ def test_shim_exposes_horovod_modules(shim_site):
     assert result.stdout.strip() == "ok", result.stderr
 
 
+def test_shim_has_horovods_module_layout(shim_site):
+    result = horarun([os.path.join(WORKERS, "shim_layout.py")], np=2, env=with_path(shim_site))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("layout ok") == 2, result.stdout
+
+
+def test_get_env_rank_and_size_reads_the_launchers_variables(shim_site):
+    code = "from horovod.runner.common.util.env import get_env_rank_and_size as f; print(f())"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_", "OMPI_", "PMI"))
+             and k not in ("RANK", "WORLD_SIZE")}
+    for variables, expected in (({}, "(0, 1)"), ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, "(3, 4)"),
+                                ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500"},
+                                 "(1, 2)")):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                env={**clean, **variables, **with_path(shim_site)})
+        assert result.stdout.strip() == expected, (variables, result.stderr)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**clean, "HOROVOD_RANK": "1", **with_path(shim_site)})
+    assert "only one of HOROVOD_RANK and HOROVOD_SIZE" in result.stderr, result.stderr
+
+
 def test_shim_refuses_to_shadow_a_real_horovod(shim_site, tmp_path):
     metadata = tmp_path / "horovod-0.28.1.dist-info"
     metadata.mkdir()

@@ -10,3 +10,6 @@ from hora.tensorflow import (  # noqa: F401
     _reducescatter,
     util,
 )
+
+# As on Horovod, the package holds its mpi_ops module (hvd.mpi_ops._basics).
+from horovod.tensorflow import mpi_ops  # noqa: E402,F401

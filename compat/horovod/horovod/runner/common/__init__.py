@@ -1,0 +1,2 @@
+"""``horovod.runner.common``: the helpers under ``horovod.runner.common.util``
+that scripts and Horovod's tests import."""
