@@ -110,12 +110,38 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     return _write(tensor, _collectives.broadcast(tensor, root_rank, name=name, process_set=process_set))
 
 
+# type of a hora error -> that type made an mx.base.MXNetError too.
+_mxnet_error_types = {}
+
+
+def _as_mxnet_error(error):
+    """``error`` as an instance of a class that derives from its own and
+    from ``mx.base.MXNetError`` (what horovod.mxnet's ops raise), so that
+    code written for either catches it."""
+    kind = type(error)
+    if kind not in _mxnet_error_types:
+        _mxnet_error_types[kind] = type(kind.__name__, (kind, mx.base.MXNetError),
+                                        {"__module__": kind.__module__, "__doc__": kind.__doc__})
+    converted = Exception.__new__(_mxnet_error_types[kind])
+    converted.args = error.args
+    converted.__dict__.update(getattr(error, "__dict__", {}))
+    return converted
+
+
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``tensor`` to member i of the set (an even
     split when None). Returns the rows received, in set-rank order; with
     ``splits`` given, ``(output, received_splits)`` as Horovod does, the
-    received splits an int32 NDArray on the CPU."""
-    output, received = _collectives.alltoall(tensor, splits, name=name, process_set=process_set)
+    received splits an int32 NDArray on the CPU. Bad arguments (splits that
+    do not fit the tensor or the set, or are not integers; rows that do not
+    divide evenly) raise an error that is both a ``ValueError`` and the
+    ``mx.base.MXNetError`` horovod.mxnet raises."""
+    try:
+        output, received = _collectives.alltoall(tensor, splits, name=name, process_set=process_set)
+    except ValueError as error:
+        if isinstance(error, mx.base.MXNetError):
+            raise
+        raise _as_mxnet_error(error) from None
     output = _ndarray(output, tensor)
     if splits is None:
         return output

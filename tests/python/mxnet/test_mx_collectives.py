@@ -19,8 +19,8 @@ CHECKS = {name: ALL_DTYPES for name in (
 CHECKS.update({name: ("float32", "float64") for name in ("allreduce_average", "allreduce_scaled")})
 CHECKS.update({name: ("-",) for name in ("broadcast_object", "allgather_object", "mismatch_shape", "after_mismatch")})
 BAD_INPUT = ("list", "numpy", "sparse", "op", "root_type", "root_range", "process_set", "non_member",
-             "reducescatter_op", "splits_values", "splits_dtype", "grouped_single", "grouped_entry", "params",
-             "prefix", "optimizer", "predivide", "read_only")
+             "reducescatter_op", "splits_values", "splits_sum", "splits_dtype", "splits_even", "grouped_single",
+             "grouped_entry", "params", "prefix", "optimizer", "predivide", "read_only")
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,13 @@ def raises(kind, fn, text):
     raise AssertionError(f"no {kind.__name__} raised")
 
 
+def raises_kinds(fn, text, *kinds):
+    """``fn`` raises one error that is an instance of each of ``kinds``."""
+    error = raises(kinds[0], fn, text)
+    for kind in kinds[1:]:
+        assert isinstance(error, kind), f"{type(error).__mro__} is no {kind.__name__}"
+
+
 def equal(result, expected, dtype):
     """``result`` is a new NDArray of ``dtype`` on the CPU holding ``expected``."""
     assert isinstance(result, mx.nd.NDArray), type(result)
@@ -177,8 +184,13 @@ def check_bad_input():
         "process_set": (lambda: hvd.allgather(x, process_set="odd"), "process_set must be a ProcessSet"),
         "non_member": (lambda: hvd.allreduce(x, process_set=outsiders), "not a member"),
         "reducescatter_op": (lambda: hvd.reducescatter(x, op=hvd.Min), "Sum and Average"),
-        "splits_values": (lambda: hvd.alltoall(x, splits=[1, 1, 1, 9]), "split"),
-        "splits_dtype": (lambda: hvd.alltoall(x, splits=mx.nd.ones((4,))), "splits must hold integers"),
+        # The alltoall errors are horovod.mxnet's MXNetError too.
+        "splits_values": (lambda: hvd.alltoall(x, splits=[1, 1, 1, 9]), "split", mx.base.MXNetError),
+        "splits_sum": (lambda: hvd.alltoall(x, splits=mx.nd.ones((4,), dtype="int32") * 2), "add up to",
+                       mx.base.MXNetError),
+        "splits_dtype": (lambda: hvd.alltoall(x, splits=mx.nd.ones((4,))), "splits must hold integers",
+                         mx.base.MXNetError),
+        "splits_even": (lambda: hvd.alltoall(mx.nd.ones((5, 2))), "divide", mx.base.MXNetError),
         "grouped_single": (lambda: hvd.grouped_allreduce(x), "needs a list"),
         "grouped_entry": (lambda: hvd.grouped_allgather([x, "y"]), "tensor 1 must be an mxnet NDArray"),
         "params": (lambda: hvd.broadcast_parameters([x]), "dict or ParameterDict"),
@@ -190,8 +202,9 @@ def check_bad_input():
     if hasattr(readonly, "writable"):
         readonly.writable = False
         cases["read_only"] = (lambda: hvd.allreduce_(readonly), "read-only")
-    for name, (fn, text) in cases.items():
-        report(f"bad_input_{name}", "global", "-", lambda fn=fn, text=text: raises(ValueError, fn, text))
+    for name, (fn, text, *also) in cases.items():
+        report(f"bad_input_{name}", "global", "-", lambda fn=fn, text=text, also=also: raises_kinds(
+            fn, text, ValueError, *also))
 
 
 for label, ps in SETS.items():
