@@ -101,7 +101,10 @@ void ControlChannel::accept_members(net::Listener& listener, const HelloKey& key
       refuse("no hello in time");
       return true;
     });
-    fds.assign(1, pollfd{listener.fd(), POLLIN, 0});
+    // With as many pending as can be members plus spares, later connections
+    // wait in the backlog.
+    const size_t room = links_.size() - 1 - static_cast<size_t>(joined()) + kSpareHellos;
+    fds.assign(1, pollfd{pending.size() < room ? listener.fd() : -1, POLLIN, 0});
     for (const PendingHello& hello : pending) {
       fds.push_back(pollfd{hello.socket.fd(), POLLIN, 0});
       wake_at = std::min(wake_at, hello.deadline);
@@ -117,15 +120,15 @@ void ControlChannel::accept_members(net::Listener& listener, const HelloKey& key
       if (fds[i + 1].revents == 0 || !read_hello(pending[i], key)) waiting.push_back(std::move(pending[i]));
     }
     pending = std::move(waiting);
-    if (fds[0].revents != 0) accept_pending(listener, deadline, pending);
+    if (fds[0].revents != 0) accept_pending(listener, deadline, room, pending);
   }
 }
 
-void ControlChannel::accept_pending(net::Listener& listener, Clock::time_point deadline,
+void ControlChannel::accept_pending(net::Listener& listener, Clock::time_point deadline, size_t room,
                                     std::vector<PendingHello>& pending) {
-  // At most a full set of pending hellos per round, so that a flood of
-  // connections cannot keep the answers already in from being read.
-  for (size_t accepted = 0; accepted < kMaxPendingHellos; ++accepted) {
+  // Up to `room` pending hellos: a flood of connections can neither keep the
+  // answers already in from being read nor push a member's out.
+  while (pending.size() < room) {
     net::Socket socket = listener.accept(Clock::now());
     if (!socket.valid()) return;
     PendingHello hello;
@@ -138,10 +141,6 @@ void ControlChannel::accept_pending(net::Listener& listener, Clock::time_point d
     } catch (const Error& e) {
       refuse(std::string("sending the challenge: ") + e.what());
       continue;
-    }
-    if (pending.size() == kMaxPendingHellos) {
-      refuse("more than " + std::to_string(kMaxPendingHellos) + " connections owed a hello");
-      pending.erase(pending.begin());
     }
     pending.push_back(std::move(hello));
   }

@@ -44,10 +44,12 @@ std::string describe_set(const std::vector<int>& global_ranks);
 class ControlChannel {
  public:
   // How long the coordinator waits for a connection's hello (or the set's
-  // deadline, if sooner), and how many connections may owe one at once
-  // (the oldest is dropped to admit another).
+  // deadline, if sooner), and how many connections beyond the members
+  // still missing may owe one at once: with that many pending, the next
+  // connections wait in the listen backlog until one is answered or times
+  // out, so no member is ever dropped to make room.
   static constexpr std::chrono::seconds kHelloTimeout{10};
-  static constexpr size_t kMaxPendingHellos = 64;
+  static constexpr size_t kSpareHellos = 64;
 
   // Blocks until the star is connected, `timeout` passes (Timeout naming
   // the missing global ranks) or `cancelled` is set (InvalidArgument, within
@@ -81,7 +83,8 @@ class ControlChannel {
   void accept_members(net::Listener& listener, const HelloKey& key, Clock::time_point deadline,
                       std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled);
   // Accepts the connections waiting on `listener` and sends each a challenge.
-  void accept_pending(net::Listener& listener, Clock::time_point deadline, std::vector<PendingHello>& pending);
+  void accept_pending(net::Listener& listener, Clock::time_point deadline, size_t room,
+                      std::vector<PendingHello>& pending);
   // Reads what `hello` has sent; true when it is finished with (admitted
   // as a member, or dropped).
   bool read_hello(PendingHello& hello, const HelloKey& key);

@@ -44,9 +44,11 @@ class ServerSession {
   std::span<uint8_t> space();
   Event received(size_t n);
 
-  bool authenticated() const { return phase_ != Phase::kProof; }
-  // Whether some bytes of an unfinished unit have arrived.
-  bool mid_unit() const { return got_ > 0; }
+  // Whether the client proved the secret (and has not been refused since).
+  bool authenticated() const { return phase_ == Phase::kLength || phase_ == Phase::kPayload; }
+  // Whether a unit has begun and is not finished: some of its bytes have
+  // arrived, or a frame's length has and its payload has not.
+  bool mid_unit() const { return got_ > 0 || phase_ == Phase::kPayload; }
   const Request& request() const { return request_; }
   // The answer to the proof, or a refusal frame.
   const std::vector<uint8_t>& output() const { return output_; }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,8 @@ constexpr milliseconds kConnectTimeout{30000};
 constexpr milliseconds kMinConnectTimeout{1000};
 // How long past a request's own timeout the client waits for its reply.
 constexpr milliseconds kReplySlack{30000};
+// How long a closing store waits for the replies to its posted sets.
+constexpr milliseconds kDrainTimeout{2000};
 
 // A live connection failed (reset, closed, refused a write). The store
 // reconnects once when it sees this; it never escapes the file.
@@ -133,38 +136,47 @@ class Connection {
 
 // Connects to host:port, retrying until `deadline`, and proves the job's
 // secret to the server, which proves it back (docs/rendezvous.md, "The
-// handshake"). Throws hora::Timeout when the server cannot be reached,
-// InvalidArgument when it refuses the secret or cannot prove it holds it,
-// ConnectionLost when the connection breaks during the handshake.
+// handshake"). A server at its connection limit closes a new connection
+// before its challenge: that is retried too. Throws hora::Timeout when the
+// server cannot be reached, InvalidArgument when it refuses the secret or
+// cannot prove it holds it, PeerFailure when the connection breaks during
+// the handshake.
 Connection open_connection(const std::string& host, int port, const std::string& secret,
                            Clock::time_point deadline) {
   net::ConnectOptions options;
   options.deadline = deadline;
   options.retry = true;
-  Connection connection(net::connect_to(host, port, kServer, options));
   const std::string where = host + ":" + std::to_string(port);
-  try {
-    std::array<uint8_t, kChallengeBytes> challenge;
-    connection.recv_exact(challenge.data(), challenge.size(), deadline);
-    const net::Nonce server_nonce = decode_challenge(challenge);
-    const net::Nonce client_nonce = net::random_nonce();
-    const auto proof = encode_proof(secret, server_nonce, client_nonce);
-    connection.send_all({proof.begin(), proof.end()}, deadline);
-    std::array<uint8_t, kAnswerBytes> answer;
-    connection.recv_exact(answer.data(), answer.size(), deadline);
-    if (check_answer(answer, secret, server_nonce, client_nonce) == Status::kBadSecret) {
-      throw InvalidArgument("the rendezvous server at " + where +
-                            " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
-                            "horarun gave this job");
+  for (milliseconds pause{20};; pause = std::min(pause * 2, milliseconds{500})) {
+    Connection connection(net::connect_to(host, port, kServer, options));
+    bool challenged = false;
+    try {
+      std::array<uint8_t, kChallengeBytes> challenge;
+      connection.recv_exact(challenge.data(), challenge.size(), deadline);
+      challenged = true;
+      const net::Nonce server_nonce = decode_challenge(challenge);
+      const net::Nonce client_nonce = net::random_nonce();
+      const auto proof = encode_proof(secret, server_nonce, client_nonce);
+      connection.send_all({proof.begin(), proof.end()}, deadline);
+      std::array<uint8_t, kAnswerBytes> answer;
+      connection.recv_exact(answer.data(), answer.size(), deadline);
+      if (check_answer(answer, secret, server_nonce, client_nonce) == Status::kBadSecret) {
+        throw InvalidArgument("the rendezvous server at " + where +
+                              " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
+                              "horarun gave this job");
+      }
+      return connection;
+    } catch (const Internal& e) {
+      throw InvalidArgument("the rendezvous server at " + where + " failed the handshake: " + e.what());
+    } catch (const ConnectionLost& lost) {
+      if (connection.timed_out()) throw Timeout("no answer to the handshake from the rendezvous server at " + where);
+      if (challenged || Clock::now() + pause >= deadline) {
+        throw PeerFailure("the rendezvous server at " + where + " closed the connection during the handshake: " +
+                          lost.what());
+      }
     }
-  } catch (const Internal& e) {
-    throw InvalidArgument("the rendezvous server at " + where + " failed the handshake: " + e.what());
-  } catch (const ConnectionLost& lost) {
-    if (connection.timed_out()) throw Timeout("no answer to the handshake from the rendezvous server at " + where);
-    throw PeerFailure("the rendezvous server at " + where + " closed the connection during the handshake: " +
-                      lost.what());
+    std::this_thread::sleep_for(pause);
   }
-  return connection;
 }
 
 // --- the store -------------------------------------------------------------
@@ -175,6 +187,20 @@ class TcpStore final : public Store {
  public:
   TcpStore(std::string host, int port, std::string secret)
       : host_(std::move(host)), port_(port), secret_(std::move(secret)) {}
+
+  // Reads the replies still owed for posted sets before the connections
+  // close: a connection closed with replies unread is reset, and a reset
+  // can discard posted sets the server has not read yet.
+  ~TcpStore() override {
+    const auto deadline = deadline_after(kDrainTimeout);
+    for (Connection& connection : idle_) {
+      try {
+        for (; connection.unread_replies() > 0; --connection.unread_replies()) connection.recv_frame(deadline);
+      } catch (const std::exception&) {
+        // The server is gone or slow: nothing more to save.
+      }
+    }
+  }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     check_value(key, value);

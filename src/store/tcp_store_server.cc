@@ -82,8 +82,8 @@ struct TcpStoreServer::State {
   // One client connection: its bytes in (session), its replies out, and the
   // request it waits on, if any.
   struct Connection {
-    Connection(uint64_t id_, int fd, const std::string& secret)
-        : id(id_), socket(fd), session(secret, net::random_nonce()) {}
+    Connection(uint64_t id_, net::Socket socket_, const std::string& secret, const net::Nonce& nonce)
+        : id(id_), socket(std::move(socket_)), session(secret, nonce) {}
     const uint64_t id;  // epoll's tag; never reused
     net::Socket socket;
     ServerSession session;
@@ -93,7 +93,7 @@ struct TcpStoreServer::State {
     bool close_when_sent = false;
     std::optional<Request> waiting;  // a GET or WAIT whose keys are missing
     Clock::time_point wait_deadline = kNever;
-    std::multimap<std::string, uint64_t>::iterator waiting_entry;
+    std::optional<std::multimap<std::string, uint64_t>::iterator> waiting_entry;  // in waiters
     uint32_t interest = 0;  // the epoll events asked for
   };
 
@@ -123,13 +123,14 @@ struct TcpStoreServer::State {
   uint64_t next_id = 2;
   bool accepting = true;
   Clock::time_point accept_resumes = kNever;
-  RateLimitedWarning full_warning, accept_warning;
+  RateLimitedWarning full_warning, accept_warning, loop_warning;
 
   static void set_nonblocking(int fd);
   void watch(int fd, uint32_t events, uint64_t tag);
   void run();
   bool drain_wakeup();  // false once stopping
   void accept_all();
+  bool evict_one_unproven();
   void on_event(uint64_t id, uint32_t events);
   void read_requests(uint64_t id, Connection& c);
   void execute(uint64_t id, Connection& c);
@@ -164,17 +165,23 @@ void TcpStoreServer::State::run() {
       log_warning(std::string("rendezvous server: epoll_wait: ") + std::strerror(errno));
       std::this_thread::sleep_for(kAcceptPause);
     }
-    for (int i = 0; i < n; ++i) {
-      const uint64_t tag = events[i].data.u64;
-      if (tag == kWakeupTag) {
-        if (!drain_wakeup()) return;
-      } else if (tag == kListenerTag) {
-        accept_all();
-      } else {
-        on_event(tag, events[i].events);
+    try {
+      for (int i = 0; i < n; ++i) {
+        const uint64_t tag = events[i].data.u64;
+        if (tag == kWakeupTag) {
+          if (!drain_wakeup()) return;
+        } else if (tag == kListenerTag) {
+          accept_all();
+        } else {
+          on_event(tag, events[i].events);
+        }
       }
+      enforce_deadlines();
+    } catch (const std::exception& e) {
+      // Whatever one round could not finish (memory, a refused epoll_ctl),
+      // the server goes on with the next.
+      loop_warning.warn(std::string("rendezvous server: ") + e.what());
     }
-    enforce_deadlines();
   }
 }
 
@@ -212,35 +219,50 @@ void TcpStoreServer::State::accept_all() {
       accept_resumes = Clock::now() + kAcceptPause;
       return;
     }
-    if (connections.size() >= limits.max_connections) {
-      ::close(fd);
+    net::Socket socket(fd);  // owns the descriptor from here on
+    if (connections.size() >= limits.max_connections && !evict_one_unproven()) {
       full_warning.warn("rendezvous server: " + std::to_string(connections.size()) +
-                        " connections are open, its limit; closing new ones until some end");
+                        " connections are open, its limit, and all have proved the secret; closing new ones "
+                        "until some end");
       continue;
     }
-    keep_alive(fd);
+    keep_alive(socket.fd());
     const uint64_t id = next_id++;
     try {
-      auto connection = std::make_unique<Connection>(id, fd, secret);
+      auto connection = std::make_unique<Connection>(id, std::move(socket), secret, net::random_nonce());
       Connection& c = *connection;
-      connections.emplace(id, std::move(connection));
       c.deadline = Clock::now() + limits.handshake_timeout;
       const auto challenge = c.session.challenge();
       c.out.assign(challenge.begin(), challenge.end());
-      watch(fd, EPOLLIN, id);
+      watch(c.socket.fd(), EPOLLIN, id);
       c.interest = EPOLLIN;
+      connections.emplace(id, std::move(connection));
       send_queued(id, c);
     } catch (const std::exception& e) {
       // One connection that cannot be set up (memory, no random bytes)
-      // is dropped; the server goes on.
+      // is dropped (its socket closes with it); the server goes on.
       accept_warning.warn(std::string("rendezvous server: dropping a new connection: ") + e.what());
-      if (connections.count(id)) {
-        close(id);
-      } else {
-        ::close(fd);
-      }
+      close(id);
     }
   }
+}
+
+// At the connection limit, a newcomer takes the place of the oldest
+// connection that has not proved the secret yet, so that strangers holding
+// connections open cannot lock the job's ranks out. False when every
+// connection has proved it.
+bool TcpStoreServer::State::evict_one_unproven() {
+  auto oldest = connections.end();
+  for (auto it = connections.begin(); it != connections.end(); ++it) {
+    if (!it->second->session.authenticated() && (oldest == connections.end() || it->first < oldest->first)) {
+      oldest = it;
+    }
+  }
+  if (oldest == connections.end()) return false;
+  full_warning.warn("rendezvous server: " + std::to_string(connections.size()) +
+                    " connections are open, its limit; closing the oldest that has not proved the secret");
+  close(oldest->first);
+  return true;
 }
 
 void TcpStoreServer::State::on_event(uint64_t id, uint32_t events) {
@@ -248,7 +270,9 @@ void TcpStoreServer::State::on_event(uint64_t id, uint32_t events) {
   if (it == connections.end()) return;  // closed earlier in this round
   Connection& c = *it->second;
   try {
-    if (events & EPOLLERR) return close(id);
+    // A client that sent its last requests and left: serve what it sent
+    // (the read sees the end of the stream and closes).
+    if ((events & EPOLLERR) && !(events & EPOLLIN)) return close(id);
     if (!c.out.empty()) {
       send_queued(id, c);
       return;
@@ -278,8 +302,9 @@ void TcpStoreServer::State::read_requests(uint64_t id, Connection& c) {
       return close(id);
     }
     const ServerSession::Event event = c.session.received(static_cast<size_t>(n));
-    if (!c.session.authenticated()) continue;  // keeps the handshake deadline
-    c.deadline = c.session.mid_unit() ? Clock::now() + limits.frame_timeout : kNever;
+    // Before the proof the handshake deadline stands; after it, a frame
+    // must keep arriving.
+    if (c.session.authenticated()) c.deadline = c.session.mid_unit() ? Clock::now() + limits.frame_timeout : kNever;
     switch (event) {
       case ServerSession::Event::kNone:
         continue;
@@ -345,15 +370,20 @@ void TcpStoreServer::State::keys_changed(const std::string& key) {
   const auto [first, last] = waiters.equal_range(key);
   std::vector<uint64_t> woken;
   for (auto it = first; it != last; ++it) woken.push_back(it->second);
-  waiters.erase(first, last);
   for (const uint64_t id : woken) {
     auto it = connections.find(id);
     if (it == connections.end()) continue;
     Connection& c = *it->second;
-    wait_for_keys(id, c, Clock::now());
-    if (c.waiting) continue;
-    c.wait_deadline = kNever;
-    send_queued(id, c);
+    waiters.erase(*c.waiting_entry);
+    c.waiting_entry.reset();
+    try {
+      wait_for_keys(id, c, Clock::now());
+      if (c.waiting) continue;
+      c.wait_deadline = kNever;
+      send_queued(id, c);
+    } catch (const std::exception&) {
+      close(id);  // no memory for this waiter's reply: drop it, serve the others
+    }
   }
 }
 
@@ -407,18 +437,23 @@ void TcpStoreServer::State::enforce_deadlines() {
   for (const uint64_t id : silent) close(id);
   for (const uint64_t id : expired) {
     Connection& c = *connections.at(id);
-    waiters.erase(c.waiting_entry);
-    c.out = store_protocol::reply_frame(data.expired(*c.waiting));
-    c.waiting.reset();
-    c.wait_deadline = kNever;
-    send_queued(id, c);
+    waiters.erase(*c.waiting_entry);
+    c.waiting_entry.reset();
+    try {
+      c.out = store_protocol::reply_frame(data.expired(*c.waiting));
+      c.waiting.reset();
+      c.wait_deadline = kNever;
+      send_queued(id, c);
+    } catch (const std::exception&) {
+      close(id);
+    }
   }
 }
 
 void TcpStoreServer::State::close(uint64_t id) {
   auto it = connections.find(id);
   if (it == connections.end()) return;
-  if (it->second->waiting) waiters.erase(it->second->waiting_entry);
+  if (it->second->waiting_entry) waiters.erase(*it->second->waiting_entry);
   epoll_ctl(epoll.fd(), EPOLL_CTL_DEL, it->second->socket.fd(), nullptr);
   connections.erase(it);
 }

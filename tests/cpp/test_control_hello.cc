@@ -126,6 +126,18 @@ TEST_F(HelloTest, ASilentConnectionDoesNotHoldUpTheMembers) {
   EXPECT_TRUE(dropped(silent));
 }
 
+TEST_F(HelloTest, AHundredMembersJoiningAtOnceAllGetIn) {
+  // More members than spare places for pending hellos: none may be dropped
+  // to make room for another.
+  ranks_.clear();
+  for (int r = 0; r < 100; ++r) ranks_.push_back(r);
+  std::vector<std::future<Channel>> joining;
+  for (int r = 0; r < 100; ++r) joining.push_back(join(r));
+  std::vector<Channel> channels;
+  for (auto& member : joining) channels.push_back(member.get());
+  expect_connected(channels);
+}
+
 TEST_F(HelloTest, ADuplicateRankIsDroppedAndTheFirstKeepsItsPlace) {
   auto coordinator = join(0);
   std::vector<Channel> channels(3);

@@ -372,6 +372,21 @@ void expect_serving(int port) {
   EXPECT_EQ(store->get("serving", milliseconds(1000)), bytes_of("yes"));
 }
 
+// `n` connections to the server at `port`, each past its challenge, and
+// past the handshake too when `secret` is given.
+std::vector<std::unique_ptr<RawConnection>> open_connections(int port, int n, const char* secret = nullptr) {
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  for (int i = 0; i < n; ++i) {
+    connections.push_back(std::make_unique<RawConnection>(port));
+    if (secret) {
+      EXPECT_EQ(connections.back()->handshake(secret), store_protocol::Status::kOk);
+    } else {
+      connections.back()->read(store_protocol::kChallengeBytes);
+    }
+  }
+  return connections;
+}
+
 // Resident memory of this process (the server runs in it), in bytes.
 size_t resident_bytes() {
   FILE* statm = std::fopen("/proc/self/statm", "r");
@@ -405,16 +420,20 @@ TEST_F(TcpStoreTest, FramesOfTheLargestSizeFromClientsWithoutTheSecretCostNoMemo
 }
 
 TEST(TcpStoreServerTest, IdleConnectionsCostNoThreadAndAreClosedAfterTheHandshakeDeadline) {
+  // Both ends of 1,000 connections live in this process.
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < 2200 && files.rlim_max >= 2200) {
+    files.rlim_cur = 2200;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  }
   StoreServerLimits limits;
   limits.handshake_timeout = milliseconds(1000);
   TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
   const size_t threads = thread_count();
-  std::vector<std::unique_ptr<RawConnection>> idle;
-  for (int i = 0; i < 1000; ++i) idle.push_back(std::make_unique<RawConnection>(server.port()));
-  std::this_thread::sleep_for(milliseconds(100));
+  // Each is sent the challenge, and then closed for saying nothing.
+  auto idle = open_connections(server.port(), 1000);
   EXPECT_LE(thread_count(), threads);
-  // Each was sent the challenge, and then closed for saying nothing.
-  for (auto& connection : idle) connection->read(store_protocol::kChallengeBytes);
   for (auto& connection : idle) EXPECT_TRUE(connection->closed_within(milliseconds(10000)));
   expect_serving(server.port());
 }
@@ -423,33 +442,63 @@ TEST(TcpStoreServerTest, AClientThatStallsInsideAFrameIsDropped) {
   StoreServerLimits limits;
   limits.frame_timeout = milliseconds(300);
   TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
-  RawConnection stalled(server.port()), idle(server.port());
+  RawConnection stalled(server.port()), after_length(server.port()), idle(server.port());
   ASSERT_EQ(stalled.handshake(kSecret), store_protocol::Status::kOk);
+  ASSERT_EQ(after_length.handshake(kSecret), store_protocol::Status::kOk);
   ASSERT_EQ(idle.handshake(kSecret), store_protocol::Status::kOk);
   stalled.send({0x10, 0x00});  // half a length prefix
+  after_length.send({0x00, 0x00, 0x00, 0x04});  // a whole length of 64 MiB, then nothing
   EXPECT_TRUE(stalled.closed_within(milliseconds(5000)));
+  EXPECT_TRUE(after_length.closed_within(milliseconds(5000)));
   // An authenticated client between requests may stay as long as it likes.
   EXPECT_FALSE(idle.closed_within(milliseconds(500)));
 }
 
-TEST(TcpStoreServerTest, ConnectionsOverTheLimitAreClosedWithAWarning) {
+TEST(TcpStoreServerTest, AtTheLimitANewcomerTakesThePlaceOfAConnectionThatHasNotProvedTheSecret) {
   StoreServerLimits limits;
   limits.max_connections = 3;
   TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
-  std::vector<std::unique_ptr<RawConnection>> open;
-  for (int i = 0; i < 3; ++i) {
-    open.push_back(std::make_unique<RawConnection>(server.port()));
-    open.back()->read(store_protocol::kChallengeBytes);
-  }
+  auto strangers = open_connections(server.port(), 3);
+  testing::internal::CaptureStderr();
+  // A rank of the job still gets in, in place of the oldest stranger.
+  expect_serving(server.port());
+  const std::string warning = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("3 connections are open, its limit; closing the oldest that has not proved the secret"),
+            std::string::npos)
+      << warning;
+  EXPECT_TRUE(strangers[0]->closed_within(milliseconds(5000)));
+}
+
+TEST(TcpStoreServerTest, AtTheLimitWithEveryConnectionProvenNewOnesAreClosedWithAWarning) {
+  StoreServerLimits limits;
+  limits.max_connections = 2;
+  TcpStoreServer server("127.0.0.1", kSecret, 0, limits);
+  auto ranks = open_connections(server.port(), 2, kSecret);
   testing::internal::CaptureStderr();
   RawConnection extra(server.port());
   const bool closed = extra.closed_within(milliseconds(5000));
   const std::string warning = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(closed);
-  EXPECT_NE(warning.find("3 connections are open, its limit"), std::string::npos) << warning;
-  open.clear();
-  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_NE(warning.find("2 connections are open, its limit, and all have proved the secret"), std::string::npos)
+      << warning;
+  // A client keeps trying until a place is free.
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    ranks.clear();
+  });
   expect_serving(server.port());
+  later.join();
+}
+
+TEST_F(TcpStoreTest, PostedValuesReachTheServerWhenTheStoreClosesAtOnce) {
+  {
+    auto store = connect();
+    for (int i = 0; i < 200; ++i) store->post("posted/" + std::to_string(i), bytes_of(std::to_string(i)));
+  }  // closed with replies owed
+  auto reader = connect();
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(reader->get("posted/" + std::to_string(i), milliseconds(0)), bytes_of(std::to_string(i)));
+  }
 }
 
 TEST(TcpStoreServerTest, AServerThatCannotProveTheSecretIsRefusedByTheClient) {

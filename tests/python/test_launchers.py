@@ -119,7 +119,12 @@ def test_slurm_coordinates_read_the_tasks_per_node_list():
             "SLURM_NODEID": "2", "SLURM_NNODES": "3", "SLURM_TASKS_PER_NODE": "2(x2),3",
             "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
     assert coordinates(step) == ("srun", 5, 7, 1, 3, 2, 3, "node0", 29500)
-    # Under an MPI launcher's PMI, hora bootstraps through MPI instead.
+    # Under an MPI launcher's PMI, hora bootstraps through MPI instead, even
+    # when the script exports torch's variables too.
     assert coordinates(dict(step, PMI_RANK="5")) is None
+    assert coordinates({"OMPI_COMM_WORLD_SIZE": "4", "RANK": "1", "WORLD_SIZE": "4"}) is None
+    # The step's own tasks per node come before the allocation's.
+    assert coordinates(dict(step, SLURM_STEP_TASKS_PER_NODE="1(x3)", SLURM_NTASKS="3", SLURM_PROCID="2",
+                            SLURM_LOCALID="0"))[3:5] == (0, 1)
     with pytest.raises(ValueError, match="SLURM_TASKS_PER_NODE='2\\(x2\\),3' names fewer nodes"):
         coordinates(dict(step, SLURM_NODEID="3", SLURM_NNODES="4"))

@@ -270,7 +270,7 @@ def test_shutdown_returns_at_once_with_an_idle_client_connected():
 
 
 def test_an_idle_client_neither_blocks_a_scrape_nor_stays_connected(monkeypatch):
-    monkeypatch.setattr(metrics_http._MetricsHandler, "timeout", 2.0)
+    monkeypatch.setattr(metrics_http._MetricsHandler, "timeout", 4.0)
     server = metrics_http.MetricsServer(0)
     try:
         port = server._server.server_address[1]
@@ -278,10 +278,10 @@ def test_an_idle_client_neither_blocks_a_scrape_nor_stays_connected(monkeypatch)
             connected = time.monotonic()
             time.sleep(0.1)
             assert status_of(f"http://127.0.0.1:{port}/other") == 404   # answered beside the idle one
-            assert time.monotonic() - connected < 1.0
-            idle.settimeout(10)
+            assert time.monotonic() - connected < 3.5   # before the idle one's time is up
+            idle.settimeout(20)
             assert idle.recv(1) == b""    # the server closed it after its request time
-            assert 1.5 < time.monotonic() - connected < 4.0
+            assert 3.5 < time.monotonic() - connected < 15.0
     finally:
         started = time.monotonic()
         server.stop()

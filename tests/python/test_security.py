@@ -229,18 +229,20 @@ def test_an_answer_replayed_to_another_challenge_is_refused(relay):
 
 
 def test_a_silent_client_is_dropped_after_the_limit_and_holds_up_no_one(relay, monkeypatch):
-    monkeypatch.setattr(cluster, "_HANDSHAKE_SECONDS", 1.0)
-    with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as silent:
+    monkeypatch.setattr(cluster, "_HANDSHAKE_SECONDS", 4.0)
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=20) as silent:
         connected = time.monotonic()
         client = cluster.RelayClient("127.0.0.1", relay.port, SECRET, 0)
         client.send_line("E", b"heard")
-        assert wait_for(lambda: relay.err.getvalue() == "[0]:heard\n", 0.5)
+        # Heard while the silent connection still has its handshake time.
+        assert wait_for(lambda: relay.err.getvalue() == "[0]:heard\n", 3.0)
+        assert time.monotonic() - connected < 4.0
         client.close()
         received = b""
         while data := silent.recv(4096):
             received += data
         assert len(received) == cluster.NONCE_BYTES
-        assert 0.8 < time.monotonic() - connected < 3.0
+        assert 3.5 < time.monotonic() - connected < 15.0
 
 
 def test_a_line_longer_than_the_limit_comes_in_pieces_of_its_kind(relay):
@@ -319,7 +321,7 @@ def test_a_genuine_result_round_trips(store):
     for rank in (0, 1):
         key = run_function.result_key(rank)
         store.set(key, signed.sign(SECRET, key, cloudpickle.dumps({"rank": rank})))
-    assert run_function._collect(store, SECRET, 2, 0) == [{"rank": 0}, {"rank": 1}]
+    assert run_function._collect(store, SECRET, [0, 1], 0) == [{"rank": 0}, {"rank": 1}]
 
 
 class Trap:
@@ -339,7 +341,7 @@ def test_a_forged_result_is_refused_naming_the_rank(store, forgery):
     store.set(run_function.result_key(1), written)
     with pytest.raises(RuntimeError, match=r"^rank 1 of hora\.runner\.run: its result is not signed with the "
                                            r"job's secret; refusing to unpickle it$"):
-        run_function._collect(store, SECRET, 2, 0)
+        run_function._collect(store, SECRET, [0, 1], 0)
 
 
 @FUZZ

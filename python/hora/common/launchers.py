@@ -10,7 +10,7 @@ port the kernel picks) with a fresh secret, and publishes where it is and the
 secret in torch's store at MASTER_ADDR:MASTER_PORT (the torchrun agent's, or
 one rank 0 serves, as torch's own ``env://`` does); every rank reads them
 there. That store is torch's: it has no authentication, so under torchrun a
-job's secret is as safe as torch's store is (docs/install.md).
+job's secret is as safe as torch's store is (docs/security.md).
 
 Variables that are present but inconsistent raise ``ValueError`` naming them:
 a job never silently falls apart into jobs of size 1.
@@ -55,8 +55,8 @@ def coordinates(environ):
     names a MASTER_ADDR and MASTER_PORT; None when neither started this
     process (or horarun or an MPI launcher did). Raises ValueError when the
     variables are inconsistent."""
-    if any(name in environ for name in HORA_VARIABLES):
-        return None
+    if any(name in environ for name in HORA_VARIABLES + MPI_VARIABLES):
+        return None   # horarun's job, or an MPI launcher's (scripts may export RANK too)
     if "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ):
         launcher = "torchrun"
         rank, size = _integer(environ, "RANK"), _integer(environ, "WORLD_SIZE")
@@ -69,13 +69,12 @@ def coordinates(environ):
             # One process per host (a PyTorchJob's pods, say).
             local_rank, local_size = _integer(environ, "LOCAL_RANK", 0), 1
             cross_rank, cross_size = rank, size
-    elif _slurm_step(environ) and not any(name in environ for name in MPI_VARIABLES) and (
-            "MASTER_ADDR" in environ or "MASTER_PORT" in environ):
+    elif _slurm_step(environ) and ("MASTER_ADDR" in environ or "MASTER_PORT" in environ):
         launcher = "srun"
         rank = _integer(environ, "SLURM_PROCID")
         size = _integer(environ, "SLURM_STEP_NUM_TASKS", _integer(environ, "SLURM_NTASKS", 1))
         local_rank = _integer(environ, "SLURM_LOCALID", rank)
-        local_size = _integer(environ, "SLURM_NTASKS_PER_NODE", 0) or _tasks_on_this_node(environ, size)
+        local_size = _tasks_on_this_node(environ, size)
         cross_rank = _integer(environ, "SLURM_NODEID", 0)
         cross_size = _integer(environ, "SLURM_STEP_NUM_NODES", _integer(environ, "SLURM_NNODES", 1))
     else:
@@ -103,22 +102,23 @@ def coordinates(environ):
 
 
 def _tasks_on_this_node(environ, size):
-    """Slurm's tasks on this node from SLURM_TASKS_PER_NODE ("2(x3),1"),
-    where SLURM_STEP_TASKS_PER_NODE_COUNT is not set."""
-    text = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    if not text:
-        return size
+    """The step's tasks on this node, from its tasks-per-node list ("2(x3),1"):
+    SLURM_STEP_TASKS_PER_NODE (the step's own), else the allocation's."""
+    name = next((n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if environ.get(n)), None)
+    if name is None:
+        return _integer(environ, "SLURM_NTASKS_PER_NODE", size)
+    text = environ[name]
     node = _integer(environ, "SLURM_NODEID", 0)
     for part in text.split(","):
         count, _, repeat = part.partition("(x")
         try:
             count, repeat = int(count), int(repeat.rstrip(")") or 1)
         except ValueError:
-            raise ValueError(f"SLURM_TASKS_PER_NODE={text!r} is not Slurm's tasks-per-node list") from None
+            raise ValueError(f"{name}={text!r} is not Slurm's tasks-per-node list") from None
         if node < repeat:
             return count
         node -= repeat
-    raise ValueError(f"SLURM_TASKS_PER_NODE={text!r} names fewer nodes than SLURM_NODEID")
+    raise ValueError(f"{name}={text!r} names fewer nodes than SLURM_NODEID")
 
 
 def _torch_store(environ, rank, master_addr, master_port, timeout):
@@ -153,8 +153,10 @@ def adopt(environ=None):
     if size > 1:
         timeout = float(environ.get("HORA_START_TIMEOUT", environ.get("HOROVOD_START_TIMEOUT", "120")))
         store = _torch_store_kept = _torch_store(environ, rank, master_addr, master_port, timeout)
+        # torchrun makes a new store for each restart of the workers, so the
+        # run (or Slurm step) names the key.
         key = (f"hora/{environ.get('TORCHELASTIC_RUN_ID', environ.get('SLURM_JOB_ID', 'job'))}/"
-               f"{environ.get('TORCHELASTIC_RESTART_COUNT', environ.get('SLURM_STEP_ID', '0'))}/rendezvous")
+               f"{environ.get('SLURM_STEP_ID', '0')}/rendezvous")
         one_host = cross_size == 1
         if rank == 0:
             from hora.runner.rendezvous import RendezvousServer

@@ -33,6 +33,9 @@ from hora.runner import failures, hosts
 
 _HANDSHAKE_SECONDS = 10.0
 MAX_HANDSHAKE_BYTES = 512
+# Connections that may be in their handshake at once; more are closed as
+# they arrive, so a flood of strangers costs a bounded number of threads.
+MAX_PENDING_HANDSHAKES = 256
 MAX_LINE_BYTES = 64 << 10
 NONCE_BYTES = 16
 _CONTEXT = b"hora-relay"
@@ -72,6 +75,7 @@ class OutputRelay:
         self._streams = {"O": stdout, "E": stderr}
         self._timestamps = timestamps
         self._lock = threading.Lock()
+        self._handshake_slots = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._tails = {}
         self._exits = {}          # rank -> (status, time.monotonic())
         self._connected = set()
@@ -139,13 +143,24 @@ class OutputRelay:
                 connection, _ = self._listener.accept()
             except OSError:
                 return
-            thread = threading.Thread(target=self._serve, args=(connection,), daemon=True,
-                                      name="hora-output-rank")
-            thread.start()
+            if not self._handshake_slots.acquire(blocking=False):
+                connection.close()   # too many strangers in their handshake at once
+                continue
+            thread = threading.Thread(target=self._serve, args=(connection, self._handshake_slots.release),
+                                      daemon=True, name="hora-output-rank")
+            try:
+                thread.start()
+            except RuntimeError:   # no thread to be had now: drop this one, serve on
+                self._handshake_slots.release()
+                connection.close()
 
-    def _serve(self, connection):
+    def _serve(self, connection, handshake_done=None):
         with connection:
-            rank = self._handshake(connection)
+            try:
+                rank = self._handshake(connection)
+            finally:
+                if handshake_done is not None:
+                    handshake_done()
             if rank is None:
                 return
             with self._changed:

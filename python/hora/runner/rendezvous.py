@@ -279,29 +279,36 @@ class RendezvousClient:
         while True:
             try:
                 self._sock = socket.create_connection(self._address, timeout=connect_timeout)
-                break
             except OSError as error:
                 if time.monotonic() >= deadline:
                     raise RendezvousError(
                         f"cannot reach the rendezvous server at {host}:{port}: {error}") from None
                 time.sleep(0.05)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            self._handshake(max(connect_timeout, 1.0))
-        except BaseException:
+                continue
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                if self._handshake(max(connect_timeout, 1.0)):
+                    break
+            except BaseException:
+                self._sock.close()
+                raise
+            # Closed before its challenge: a server at its connection limit.
             self._sock.close()
-            raise
+            if time.monotonic() >= deadline:
+                raise RendezvousError(f"the rendezvous server at {host}:{port} kept closing new "
+                                      f"connections for {connect_timeout} s (at its connection limit?)")
+            time.sleep(0.05)
         self._sock.settimeout(None)
 
     def _handshake(self, timeout):
-        """Proves the job secret to the server, and checks the server's proof."""
+        """Proves the job secret to the server, and checks the server's proof;
+        False when the server closed the connection before its challenge."""
         where = f"{self._address[0]}:{self._address[1]}"
         self._sock.settimeout(timeout)
         try:
             challenge = _recv_exact(self._sock, CHALLENGE_BYTES)
             if challenge is None:
-                raise RendezvousError(f"the rendezvous server at {where} closed the connection "
-                                      "before its challenge")
+                return False
             server_nonce = decode_challenge(challenge)
             client_nonce = secrets.token_bytes(16)
             self._sock.sendall(encode_proof(self._secret, server_nonce, client_nonce))
@@ -317,6 +324,7 @@ class RendezvousClient:
                                   "during the handshake")
         if check_answer(answer, self._secret, server_nonce, client_nonce) == BAD_SECRET:
             raise BadSecretError(f"the rendezvous server at {where} refused the job secret")
+        return True
 
     def close(self):
         self._sock.close()
