@@ -81,11 +81,11 @@ def secret_is_checked():
     address, port = os.environ["HORA_RENDEZVOUS_ADDR"], os.environ["HORA_RENDEZVOUS_PORT"]
     with RendezvousClient(address, port, os.environ["HORA_SECRET"]) as right:
         right.ping()
-    with RendezvousClient(address, port, "not-the-job-secret") as wrong:
-        try:
+    try:
+        with RendezvousClient(address, port, "not-the-job-secret") as wrong:
             wrong.ping()
-        except BadSecretError as error:
-            return str(error)
+    except BadSecretError as error:   # at the handshake, before any request
+        return str(error)
     return None
 
 

@@ -156,3 +156,11 @@ def test_a_missing_mpi_library_is_a_clear_error(user):
     for words in ("the MPI backend needs libmpi-missing.so.40", "cannot open shared object file",
                   "apt-get install libopenmpi3", "horarun without --mpi"):
         assert words in error, error
+
+
+def test_torchrun_starts_one_job_with_the_torch_extra(user):
+    # The [torch] extra, pinned to the CPU build this project tests with.
+    user.succeeded([user.python, "-m", "pip", "install", "--quiet", portable_wheel() + "[torch]", "torch==2.13.0"],
+                   timeout=900)
+    result = user.run(["torchrun", "--standalone", "--nproc_per_node", "4", "seed_numpy.py"], OMP_NUM_THREADS="1")
+    check_seed_output(result)

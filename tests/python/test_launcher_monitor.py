@@ -112,6 +112,7 @@ def test_bad_monitor_arguments_are_refused(argv, message):
 
 def test_timeline_flags_become_the_ranks_variables(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
     args = launch.parse_args(["--timeline-filename", "out/t.json", "--timeline-mark-cycles", "-np", "2", "x"],
                              raise_errors=True)
     path = str(tmp_path / "out" / "t.json")

@@ -81,19 +81,24 @@ def status_of(url):
         return error.code
 
 
+# The ranks label of each set in the worker's job.
+SET_RANKS = {"0": "0-2", "1": "0,1"}
+
+
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
-    """Both ranks' pages, scraped while the ranks wait after their traffic;
-    the status of a path other than /metrics; the ranks' RESULT lines."""
+    """The pages of ranks 0 and 1 (the members of set 1; rank 2 is in the
+    global set only), scraped while the ranks wait after their traffic; the
+    status of a path other than /metrics; the ranks' RESULT lines."""
     outdir = tmp_path_factory.mktemp("metrics")
-    base = free_ports(2)
-    cmd = [sys.executable, "-m", "hora.runner", "-np", "2", sys.executable, WORKER, str(outdir)]
+    base = free_ports(3)
+    cmd = [sys.executable, "-m", "hora.runner", "-np", "3", sys.executable, WORKER, str(outdir)]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                            env=dict(os.environ, HORA_METRICS_PORT=str(base)))
     pages, other_path = {}, None
     try:
         deadline = time.monotonic() + 60
-        while not all((outdir / f"ready.{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+        while not all((outdir / f"ready.{r}").exists() for r in (0, 1, 2)) and time.monotonic() < deadline:
             time.sleep(0.05)
         for rank in (0, 1):
             if (outdir / f"ready.{rank}").exists():
@@ -112,7 +117,7 @@ def scraped(tmp_path_factory):
 
 def test_each_rank_serves_on_the_base_port_plus_its_local_rank(scraped):
     base, pages, other_path, results = scraped
-    assert {rank: result["port"] for rank, result in results.items()} == {0: base, 1: base + 1}
+    assert {rank: result["port"] for rank, result in results.items()} == {0: base, 1: base + 1, 2: base + 2}
     for content_type, _ in pages.values():
         assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     assert other_path == 404
@@ -124,7 +129,8 @@ def test_the_counters_of_known_traffic_are_exact(scraped, rank):
     samples = parse(pages[rank][1])
 
     def value(metric, set_id, **extra):
-        labels = (("process_set", str(set_id)), ("ranks", "0,1"), ("rank", str(rank))) + tuple(extra.items())
+        labels = (("process_set", str(set_id)), ("ranks", SET_RANKS[str(set_id)]), ("rank", str(rank))) + \
+            tuple(extra.items())
         return samples[(metric, labels)]
 
     # Set 1: 5 allreduces of 4096 bytes; the global set: 2 broadcasts of 64.
@@ -160,7 +166,7 @@ def test_the_page_holds_what_hvd_metrics_says(scraped, rank):
     metrics = results[rank]["metrics"]
     assert sorted(metrics) == ["0", "1"]
     for set_id, found in metrics.items():
-        labels = (("process_set", set_id), ("ranks", "0,1"), ("rank", str(rank)))
+        labels = (("process_set", set_id), ("ranks", SET_RANKS[set_id]), ("rank", str(rank)))
         for key, metric in scalars.items():
             assert samples[(metric, labels)] == float(found[key]), (set_id, key)
         members = {dict(pairs)["member"]: value for (metric, pairs), value in samples.items()
@@ -173,7 +179,7 @@ def test_the_page_holds_what_hvd_metrics_says(scraped, rank):
 
 def test_shutdown_stops_the_server(scraped):
     _, _, _, results = scraped
-    assert [result["answers_after_shutdown"] for result in results.values()] == [False, False]
+    assert [result["answers_after_shutdown"] for result in results.values()] == [False, False, False]
 
 
 def run_alone(code, **environment):

@@ -92,7 +92,7 @@ def test_an_exception_in_a_member_fails_the_set_at_once(tmp_path):
 
 
 def test_horarun_removes_a_segment_left_by_a_rank_killed_while_making_its_set(tmp_path):
-    run = horarun([os.path.join(WORKERS, "shm_leftover.py"), str(tmp_path)], np=2, timeout=60, backend="gloo")
+    run = horarun([os.path.join(WORKERS, "shm_leftover.py"), str(tmp_path)], np=3, timeout=60, backend="gloo")
     result = results_of(run)[1]
     other_job = os.path.join("/dev/shm", result["other_job"])
     try:

@@ -23,6 +23,8 @@ ENVIRONMENT = [
     ("HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "response-cache slots per set (0 disables)", "1024"),
     ("HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "gloo or mpi (also HOROVOD_CONTROLLER)",
      "mpi under mpirun or srun, else gloo"),
+    ("HORA_MPI_LIBRARY", None, "the MPI library the MPI backend loads, a file name or a path",
+     "the one hora was built with"),
     ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),
     ("HORA_SHM_SLOT_BYTES", None, "bytes of each member's shared-memory slot (a multiple of 4096)",
      "1 MiB"),

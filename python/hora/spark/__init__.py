@@ -87,7 +87,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
                 print(f"hora.spark.run: {num_proc} ranks on {engine.kind}, rendezvous at {address}:"
                       f"{server.port}", file=sys.stderr, flush=True)
             _run_job(engine, spec, relay, start_timeout)
-            results = run_function._collect(store, secret, num_proc, 0)
+            results = run_function._collect(store, secret, list(range(num_proc)), 0)
             if verbose >= 2:
                 print(f"hora.spark.run: done in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
             return results

@@ -3,8 +3,9 @@ each rank's HORA_METRICS_PORT endpoint.
 
     metrics_http.py OUTDIR
 
-Set 1 = [0, 1] runs ALLREDUCES allreduces of ALLREDUCE_BYTES bytes named
-"grad"; the global set runs BROADCASTS broadcasts of BROADCAST_BYTES bytes.
+Run on 3 ranks: set 1 = [0, 1] runs ALLREDUCES allreduces of ALLREDUCE_BYTES
+bytes named "grad"; the global set runs BROADCASTS broadcasts of
+BROADCAST_BYTES bytes.
 Each rank then writes OUTDIR/ready.<rank> (the port it serves on) and waits
 for OUTDIR/go, takes hvd.metrics() of its sets (the same moment the test
 scraped), waits until every rank has (OUTDIR/read.<rank>), shuts down and
@@ -29,7 +30,7 @@ BROADCASTS, BROADCAST_BYTES = 2, 64
 outdir = sys.argv[1]
 pair = hvd.ProcessSet([0, 1])
 hvd.init(process_sets=[pair])
-for _ in range(ALLREDUCES):
+for _ in range(ALLREDUCES if pair.included() else 0):
     hvd.allreduce(np.ones(ALLREDUCE_BYTES // 4, np.float32), name="grad", process_set=pair)
 for _ in range(BROADCASTS):
     hvd.broadcast(np.ones(BROADCAST_BYTES // 8, np.float64), root_rank=0, name="lr")

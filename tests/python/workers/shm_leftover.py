@@ -1,6 +1,7 @@
 """Leaves a shared-memory segment behind the way a killed rank can: set
 rank 0 has made the segment of a new set and waits for its partner to map
-it when it is SIGKILLed. Run on 2 ranks of one host:
+it when it is SIGKILLed. Run on 3 ranks of one host (so that [0, 1] is not
+the global set, which add_process_set refuses to repeat):
 
     shm_leftover.py OUTDIR
 
@@ -11,7 +12,7 @@ segment), waits until the segment is made, then makes a file named like
 another job's segment (recorded nowhere in this job's store), kills rank 0
 and prints ``RESULT <json>``: the segment's name, whether it was in
 /dev/shm at the kill, and the other file's name. horarun must remove the
-first and leave the second alone.
+first and leave the second alone. Rank 2 only waits to be stopped.
 """
 
 import json
@@ -38,6 +39,9 @@ if hvd.rank() == 0:
     a = hvd.add_process_set([0, 1])
     hvd.allreduce(np.ones(1), name="never", process_set=a)
     raise SystemExit("rank 0: the allreduce in a set its partner never joined returned")
+if hvd.rank() == 2:
+    time.sleep(60)   # horarun stops it once rank 0 is killed
+    raise SystemExit("rank 2 was not stopped")
 
 store = RendezvousClient(os.environ["HORA_RENDEZVOUS_ADDR"], os.environ["HORA_RENDEZVOUS_PORT"],
                          os.environ["HORA_SECRET"])
