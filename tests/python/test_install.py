@@ -158,9 +158,26 @@ def test_a_missing_mpi_library_is_a_clear_error(user):
         assert words in error, error
 
 
-def test_torchrun_starts_one_job_with_the_torch_extra(user):
-    # The [torch] extra, pinned to the CPU build this project tests with.
+@pytest.fixture(scope="module")
+def torch_user(user):
+    """The user's environment with the [torch] extra, pinned to the CPU
+    build this project tests with."""
     user.succeeded([user.python, "-m", "pip", "install", "--quiet", portable_wheel() + "[torch]", "torch==2.13.0"],
                    timeout=900)
-    result = user.run(["torchrun", "--standalone", "--nproc_per_node", "4", "seed_numpy.py"], OMP_NUM_THREADS="1")
+    return user
+
+
+def test_torchrun_starts_one_job_with_the_torch_extra(torch_user):
+    result = torch_user.run(["torchrun", "--standalone", "--nproc_per_node", "4", "seed_numpy.py"],
+                            OMP_NUM_THREADS="1")
     check_seed_output(result)
+
+
+def test_the_readmes_pytorch_example_runs_as_installed(torch_user):
+    with open(os.path.join(REPO, "README.md")) as f:
+        example = re.search(r"## PyTorch\n\n```python\n(.*?)```", f.read(), re.S).group(1)
+    with open(os.path.join(torch_user.workdir, "readme_torch.py"), "w") as f:
+        f.write(example + "print('RANK', hvd.rank(), 'LOSS', float(loss))\n")
+    result = torch_user.run(["horarun", "-np", "4", "python", "readme_torch.py"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(re.findall(r"RANK (\d)", result.stdout)) == ["0", "1", "2", "3"], result.stdout
