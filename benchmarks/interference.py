@@ -1,23 +1,25 @@
-"""Whether one process set slows another down: two sets over the same two
-ranks, hora beside torch.distributed (two Gloo groups) in the same run.
+"""Whether one process set slows another down on a rank they share, hora
+beside torch.distributed (Gloo groups) in the same run.
 
-    python benchmarks/interference.py                  # 2 ranks, 2 s per phase
+    python benchmarks/interference.py                  # 3 ranks, 2 s per phase
     python benchmarks/interference.py --seconds 5 --load-bytes 67108864
 
 Peers: hora (shared memory, the default), hora-noshm (HORA_SHM=0) and torch.
-Sets (groups) A and B both hold ranks [0, 1]. Each rank times B's 4-byte
-allreduce (Sum, float32) back to back for --seconds alone, then as long
-again while a thread of the same process keeps float32 allreduces of
---load-bytes (16 MiB) going in A: long enough for the scheduler to settle
-how the four busy threads share the cores (a phase of a few milliseconds
-sees only how it happened to start). A rank that is done adds 0 instead
-of 1 to B's sum, and a Min over a flag in A's first element does the same
-for A, so both ranks stop after the same op.
+Set (group) A holds ranks [0, 1] and set B ranks [0, 2]: they share rank 0
+(a set over exactly the ranks of another is refused, as on Horovod). B's
+members time B's 4-byte allreduce (Sum, float32) back to back for --seconds
+alone, then as long again while A keeps float32 allreduces of --load-bytes
+(16 MiB) going, on rank 0 from another thread of the same process: long
+enough for the scheduler to settle how the four busy threads (two on rank 0)
+share the two cores (a phase of a few milliseconds sees only how it happened
+to start). A member that is done adds 0 instead of 1 to B's sum, and a Min
+over a flag in A's first element does the same for A, so the members of
+each set stop after the same op.
 
-Prints per peer the median of the slowest rank for B alone and under A's
-load, their ratio (loaded / alone: 1.0 means A costs B nothing; issue 11's
-target is at most 1.5) and A's bus bandwidth while B ran; then each other
-peer's loaded latency over hora's (above 1: hora is faster). Not a test.
+Prints per peer the median of B's slowest member alone and under A's load,
+their ratio (loaded / alone: 1.0 means A costs B nothing; issue 11's target
+is at most 1.5) and A's bus bandwidth while B ran; then each other peer's
+loaded latency over hora's (above 1: hora is faster). Not a test.
 """
 
 import argparse
@@ -77,15 +79,30 @@ class Load:
         self._thread.join()
 
 
-def measure(small_op, small, big_op, big, seconds):
-    for _ in range(20):
-        small_op()
-    big_op(big)
+def measure(rank, small_op, small, big_op, big, seconds):
+    """What `rank` measures: B's latency alone and loaded (ranks 0 and 2, the
+    members of B) and A's time per op while B runs (rank 0)."""
+    result = {}
+    if rank in (0, 2):
+        for _ in range(20):
+            small_op()
+    if rank in (0, 1):
+        big_op(big)
+    if rank == 1:
+        # A's other member keeps A's load going until rank 0 ends it (rank 0
+        # times it: this one also waits out B's phase alone).
+        with Load(big_op, big):
+            pass
+        return {}
     alone = latencies(small_op, small, 2, seconds)
-    with Load(big_op, big) as load:
+    if rank == 0:
+        with Load(big_op, big) as load:
+            loaded = latencies(small_op, small, 2, seconds)
+        result["load_op_seconds"] = load.seconds / max(load.ops, 1)
+    else:
         loaded = latencies(small_op, small, 2, seconds)
-    return {"alone": statistics.median(alone), "loaded": statistics.median(loaded),
-            "load_op_seconds": load.seconds / max(load.ops, 1)}
+    result.update(alone=statistics.median(alone), loaded=statistics.median(loaded))
+    return result
 
 
 def worker_hora(seconds, load_bytes):
@@ -94,9 +111,10 @@ def worker_hora(seconds, load_bytes):
     import hora.numpy as hvd
 
     hvd.init()
-    set_a, set_b = hvd.add_process_set([0, 1]), hvd.add_process_set([0, 1])
+    set_a, set_b = hvd.add_process_set([0, 1]), hvd.add_process_set([0, 2])
     small, big = np.ones(1, dtype=np.float32), np.ones(load_bytes // 4, dtype=np.float32)
-    result = measure(lambda: hvd.allreduce_(small, op=hvd.Sum, name="small", process_set=set_b), small,
+    result = measure(hvd.rank(), lambda: hvd.allreduce_(small, op=hvd.Sum, name="small", process_set=set_b),
+                     small,
                      lambda buffer: hvd.allreduce_(buffer, op=hvd.Min, name="load", process_set=set_a),
                      big, seconds)
     hvd.shutdown()
@@ -109,9 +127,9 @@ def worker_torch(seconds, load_bytes, port):
 
     rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-    group_a, group_b = dist.new_group([0, 1]), dist.new_group([0, 1])
+    group_a, group_b = dist.new_group([0, 1]), dist.new_group([0, 2])
     small, big = torch.ones(1, dtype=torch.float32), torch.ones(load_bytes // 4, dtype=torch.float32)
-    result = measure(lambda: dist.all_reduce(small, group=group_b), small,
+    result = measure(rank, lambda: dist.all_reduce(small, group=group_b), small,
                      lambda buffer: dist.all_reduce(buffer, op=dist.ReduceOp.MIN, group=group_a),
                      big, seconds)
     dist.destroy_process_group()
@@ -142,10 +160,11 @@ def main():
     for peer in peers:
         argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--seconds", str(args.seconds),
                 "--load-bytes", str(args.load_bytes), "--port", str(free_port())]
-        per_rank = run_job(2, argv, NO_SHM if peer == "hora-noshm" else None, what=f"{peer} interference")
-        measured[peer] = {key: max(r[key] for r in per_rank) for key in per_rank[0]}
-    print(f"set B: 4-byte allreduce; set A: {args.load_bytes >> 20} MiB allreduces in another thread; "
-          f"same 2 ranks (median over {args.seconds:g} s each, slowest rank)")
+        per_rank = run_job(3, argv, NO_SHM if peer == "hora-noshm" else None, what=f"{peer} interference")
+        measured[peer] = {key: max(r[key] for r in per_rank if key in r)
+                          for key in ("alone", "loaded", "load_op_seconds")}   # A's: rank 0's alone
+    print(f"set B [0, 2]: 4-byte allreduce; set A [0, 1]: {args.load_bytes >> 20} MiB allreduces, on rank 0 in "
+          f"another thread (median over {args.seconds:g} s each, B's slowest member)")
     print(f"{'peer':>10} {'B alone':>10} {'B loaded':>10} {'loaded/alone':>13} {'A busbw':>11} {'loaded/hora':>12}")
     for peer in peers:
         m = measured[peer]
