@@ -73,6 +73,15 @@ def test_a_secret_of_two_lines_is_refused_by_name():
         rank_env.secret_input({"HORA_SECRET": "a\nb"})
 
 
+def test_horarun_refuses_a_secret_of_two_lines_for_remote_ranks_before_starting_any():
+    env = dict(os.environ, HORA_TOKEN_SECRET="first\nsecond")
+    result = subprocess.run([sys.executable, "-m", "hora.runner", "-np", "2", "-H", "otherhost:2", "true"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "HORA_TOKEN_SECRET must be one line of text to reach a remote rank" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_remote_ranks_get_the_secret_on_stdin_and_the_job_runs(fake_ssh):
     # The "hosts" are this machine: the ranks listen on its loopback interface.
     env = dict(os.environ, PATH=f"{fake_ssh}{os.pathsep}{os.environ['PATH']}", HORA_NETWORK_INTERFACES="lo")

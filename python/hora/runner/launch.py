@@ -216,6 +216,11 @@ def _checked(args, parser):
         args.placements = host_list.place_ranks(hosts, args.num_proc)
     except host_list.HostSpecError as error:
         parser.error(str(error))
+    if not all(host_list.is_local(p.host) for p in args.placements):
+        try:
+            rank_env.secret_input(rank_env.remote_environment({}))   # each secret must be one line for ssh
+        except ValueError as error:
+            parser.error(str(error))
     if args.timeline_filename and all(host_list.is_local(p.host) for p in args.placements):
         directory = os.path.dirname(os.path.abspath(args.timeline_filename))
         if not os.path.isdir(directory):
