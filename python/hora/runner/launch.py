@@ -314,7 +314,12 @@ class Job:
             for placement in self.placements:
                 if self.received_signal is not None:
                     return 128 + self.received_signal
-                self.ranks.append(self._start_rank(placement, address, server.port, watchdog.watch))
+                rank = self._start_rank(placement, address, server.port, watchdog.watch)
+                self.ranks.append(rank)
+                # A signal forwarded while this rank was starting (its output
+                # may already be out) missed it: it gets the signal now.
+                if self.received_signal is not None and rank.signalled_at is None:
+                    rank.send_signal(self.received_signal)
             if self.monitor is not None:
                 self.monitor.start()
             return self._supervise()
