@@ -362,4 +362,18 @@ void Wakeup::clear() noexcept {
   [[maybe_unused]] ssize_t rc = read(fd_, &count, sizeof(count));
 }
 
+void keep_alive(int fd) {
+  const int on = 1, idle = 60, interval = 10, count = 6;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  set_no_delay(fd);
+}
+
+void set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
 }  // namespace hora::net

@@ -126,6 +126,13 @@ std::string interface_address(const std::vector<std::string>& interfaces);
 // InvalidArgument when malformed.
 std::pair<std::string, int> split_address(const std::string& address);
 
+// For a connection a server keeps open between requests: TCP_NODELAY, and
+// keepalive that notices a peer whose host vanished within about two
+// minutes (60 s idle, then 6 probes 10 s apart).
+void keep_alive(int fd);
+// O_NONBLOCK on `fd` (for an event loop's descriptors).
+void set_nonblocking(int fd);
+
 // An eventfd that one thread polls for and any thread signals, to end a
 // poll(2) early. signal() and clear() never throw.
 class Wakeup {

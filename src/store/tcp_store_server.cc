@@ -5,9 +5,6 @@
 // connection limit.
 #include "store/tcp_store_server.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,36 +43,6 @@ constexpr std::chrono::seconds kWarningInterval{10};
 // Requests one connection may have served in a row before others get a turn.
 constexpr int kRequestsPerTurn = 16;
 
-// Keepalive: a peer whose host vanished is noticed within about two minutes.
-void keep_alive(int fd) {
-  const int on = 1, idle = 60, interval = 10, count = 6;
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-}
-
-// A warning at most once per kWarningInterval, with the count of those
-// left out in between.
-class RateLimitedWarning {
- public:
-  void warn(const std::string& text) {
-    const auto now = Clock::now();
-    if (now < next_) {
-      ++suppressed_;
-      return;
-    }
-    log_warning(text + (suppressed_ ? " (" + std::to_string(suppressed_) + " more since the last warning)" : ""));
-    suppressed_ = 0;
-    next_ = now + kWarningInterval;
-  }
-
- private:
-  Clock::time_point next_{};
-  size_t suppressed_ = 0;
-};
-
 }  // namespace
 
 struct TcpStoreServer::State {
@@ -100,7 +67,7 @@ struct TcpStoreServer::State {
   State(const std::string& host, std::string secret_, int port, StoreServerLimits limits_)
       : secret(std::move(secret_)), limits(limits_), listener(host, port), epoll(epoll_create1(EPOLL_CLOEXEC)) {
     if (!epoll.valid()) throw Internal(std::string("rendezvous server: epoll_create1: ") + std::strerror(errno));
-    set_nonblocking(listener.fd());
+    net::set_nonblocking(listener.fd());
     watch(listener.fd(), EPOLLIN, kListenerTag);
     watch(wakeup.fd(), EPOLLIN, kWakeupTag);
   }
@@ -123,9 +90,9 @@ struct TcpStoreServer::State {
   uint64_t next_id = 2;
   bool accepting = true;
   Clock::time_point accept_resumes = kNever;
-  RateLimitedWarning full_warning, accept_warning, loop_warning;
+  RateLimitedWarning full_warning{kWarningInterval}, accept_warning{kWarningInterval},
+      loop_warning{kWarningInterval};
 
-  static void set_nonblocking(int fd);
   void watch(int fd, uint32_t events, uint64_t tag);
   void run();
   bool drain_wakeup();  // false once stopping
@@ -142,11 +109,6 @@ struct TcpStoreServer::State {
   void close(uint64_t id);
   Clock::time_point next_deadline() const;
 };
-
-void TcpStoreServer::State::set_nonblocking(int fd) {
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-}
 
 void TcpStoreServer::State::watch(int fd, uint32_t events, uint64_t tag) {
   epoll_event event{};
@@ -226,7 +188,7 @@ void TcpStoreServer::State::accept_all() {
                         "until some end");
       continue;
     }
-    keep_alive(socket.fd());
+    net::keep_alive(socket.fd());
     const uint64_t id = next_id++;
     try {
       auto connection = std::make_unique<Connection>(id, std::move(socket), secret, net::random_nonce());

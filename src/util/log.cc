@@ -21,4 +21,19 @@ void log_warning(const std::string& text) noexcept {
   }
 }
 
+void RateLimitedWarning::warn(const std::string& text) noexcept {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_) {
+    ++suppressed_;
+    return;
+  }
+  try {
+    log_warning(suppressed_ ? text + " (" + std::to_string(suppressed_) + " more since the last warning)" : text);
+  } catch (...) {
+    // Out of memory while formatting: the warning is dropped.
+  }
+  suppressed_ = 0;
+  next_ = now + interval_;
+}
+
 }  // namespace hora
