@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # clang and its compiler-rt (libFuzzer, sanitizers) build the fuzz targets
 # that make test runs.
 # Java runs Spark (hora.spark's tests use a local Spark session).
-DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clang libclang-rt-dev
+# iproute2 makes the simulated hosts of scripts/cluster.sh (tests run as root).
+DEBIAN_PACKAGES=(libgloo-dev libgtest-dev g++ make python3-dev python3-venv clang libclang-rt-dev iproute2
                  openjdk-17-jre-headless)
 # The MPI backend's: installed when run as root; without them hora builds
 # without MPI and its MPI tests are skipped.

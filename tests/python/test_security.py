@@ -63,7 +63,7 @@ def test_the_ssh_command_of_a_remote_rank_holds_no_secret():
                                           rendezvous_port=4000, secret=SECRET, start_timeout=30)
     variables[run_function.SECRET] = "f00dfeed" * 4
     remote = rank_env.remote_environment(variables, base={"HORA_CUSTOM_SECRET": "abad1dea"})
-    argv = launch.ssh_command("nodea", rank_env.remote_script("/work", remote, ["python", "train.py"]), args)
+    argv = launch.remote_command("nodea", rank_env.remote_script("/work", remote, ["python", "train.py"]), args)
     for value in (SECRET, "f00dfeed" * 4, "abad1dea"):
         assert not any(value in arg for arg in argv), argv
     assert argv[-3:-1] == ["--", "nodea"]

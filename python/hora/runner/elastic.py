@@ -190,7 +190,7 @@ class ProcessPool:
         else:
             remote_variables = rank_env.remote_environment(variables)
             script = rank_env.remote_script(os.getcwd(), remote_variables, args.command)
-            argv, environ, remote = processes.ssh_command(host, script, args), None, True
+            argv, environ, remote = processes.remote_command(host, script, args), None, True
             first_input = rank_env.secret_input(remote_variables)
         handle = _ProcessHandle()
         handle.process = processes.RankProcess(placement, argv, environ, _Relabel(self.job.exits, handle), remote,

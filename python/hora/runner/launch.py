@@ -29,6 +29,7 @@ import os
 import queue
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,7 +44,7 @@ from hora.runner import monitor as job_monitor
 from hora.runner import mpi_run
 from hora.runner import shm_leftovers
 from hora.runner import usage
-from hora.runner.processes import RankProcess, Watchdog, print_own_lines, rank_output_dir, ssh_command
+from hora.runner.processes import RankProcess, Watchdog, print_own_lines, rank_output_dir, remote_command
 from hora.runner.rendezvous import RendezvousServer
 
 # Seconds between SIGTERM and SIGKILL when horarun stops ranks.
@@ -100,6 +101,11 @@ def parse_args(argv, raise_errors=False):
                              "report every rank's exit status at the end")
     parser.add_argument("--ssh-port", type=int, help="ssh port on the remote hosts")
     parser.add_argument("--ssh-identity-file", help="ssh identity (private key) file for the remote hosts")
+    parser.add_argument("--launch-agent", metavar="AGENT",
+                        help="start remote ranks with AGENT instead of ssh: the command 'AGENT HOST COMMAND' "
+                             "(AGENT split as a shell would; standard input kept, as ssh does) - e.g. "
+                             "srun's or kubectl's wrapper, or 'scripts/cluster.sh exec' for simulated hosts "
+                             "(under --mpi: Open MPI's plm_rsh_agent)")
     parser.add_argument("--output-filename", metavar="DIR",
                         help="also write each rank's output to DIR/rank.<rank>/stdout and stderr")
     parser.add_argument("--prefix-output-with-timestamp", action="store_true",
@@ -206,6 +212,8 @@ def _checked(args, parser):
         parser.error("--network-interfaces names no interface")
     if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
         parser.error(f"--ssh-port must be a port number (1..65535), got {args.ssh_port}")
+    if args.launch_agent is not None:
+        _check_launch_agent(parser, args)
     try:
         if args.hosts:
             hosts = host_list.parse_host_list(args.hosts)
@@ -227,6 +235,21 @@ def _checked(args, parser):
             parser.error(f"--timeline-filename {args.timeline_filename}: the directory {directory} does not "
                          "exist; create it first")
     return args
+
+
+def _check_launch_agent(parser, args):
+    """--launch-agent names a program that is there, and no ssh option comes with it."""
+    try:
+        words = shlex.split(args.launch_agent)
+    except ValueError as error:
+        parser.error(f"--launch-agent {args.launch_agent!r}: {error}")
+    if not words:
+        parser.error("--launch-agent names no program")
+    if shutil.which(words[0]) is None:
+        parser.error(f"--launch-agent {args.launch_agent!r}: no program {words[0]!r} found")
+    for option, given in (("--ssh-port", args.ssh_port), ("--ssh-identity-file", args.ssh_identity_file)):
+        if given is not None:
+            parser.error(f"{option} is an option of ssh; with --launch-agent, give the agent its own options")
 
 
 def _start_timeout_from_environment(parser):
@@ -370,11 +393,11 @@ class Job:
         else:
             remote_variables = rank_env.remote_environment(variables)
             script = rank_env.remote_script(os.getcwd(), remote_variables, command)
-            argv = ssh_command(placement.host, script, self.args)
+            argv = remote_command(placement.host, script, self.args)
             environ, remote = None, True
             first_input = rank_env.secret_input(remote_variables)
         if self.args.verbose:
-            how = f"ssh {placement.host}" if remote else "local"
+            how = (f"{self.args.launch_agent or 'ssh'} {placement.host}") if remote else "local"
             print(f"horarun: rank {placement.rank} on {placement.host} (local rank "
                   f"{placement.local_rank}/{placement.local_size}, cross rank "
                   f"{placement.cross_rank}/{placement.cross_size}, {how}): "

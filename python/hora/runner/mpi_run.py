@@ -72,6 +72,8 @@ def mpirun_command(args, mpirun, flavour, environ, is_root):
             cmd += ["-x", name]
         if ssh_arguments:
             cmd += ["--mca", "plm_rsh_args", ssh_arguments]
+        if getattr(args, "launch_agent", None):
+            cmd += ["--mca", "plm_rsh_agent", args.launch_agent]
         if output_filename:
             cmd += ["--output-filename", output_filename]
         if timestamps:
@@ -82,6 +84,7 @@ def mpirun_command(args, mpirun, flavour, environ, is_root):
             cmd += ["--mca", "btl_tcp_if_include", interfaces, "--mca", "oob_tcp_if_include", interfaces]
     else:
         for option, given in (("--ssh-port/--ssh-identity-file", ssh_arguments),
+                              ("--launch-agent", getattr(args, "launch_agent", None)),
                               ("--output-filename", output_filename),
                               ("--prefix-output-with-timestamp", timestamps)):
             if given:

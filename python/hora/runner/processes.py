@@ -4,6 +4,7 @@ with '[rank]:', signalling its process group, and the watchdog process that
 stops the ranks if horarun itself is killed."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -170,9 +171,14 @@ def rank_output_dir(output_filename, rank, size):
     return os.path.join(output_filename, f"rank.{str(rank).zfill(len(str(size - 1)))}")
 
 
-def ssh_command(host, script, args):
-    """The ssh command line that runs `script` on `host`; '--' ends ssh's
-    options, so that no host name can be read as one."""
+def remote_command(host, script, args):
+    """The command line that runs `script` on `host`: the launch agent's
+    (``--launch-agent AGENT``: AGENT's words, then HOST, then the script, as
+    ssh takes them) or ssh's, where '--' ends ssh's options, so that no host
+    name can be read as one."""
+    agent = getattr(args, "launch_agent", None)
+    if agent:
+        return shlex.split(agent) + [host, script]
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}"]
     if args.ssh_port is not None:
         argv += ["-o", f"Port={args.ssh_port}"]
