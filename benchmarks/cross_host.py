@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ RATES = {"none": None, "10gbit": 10e9}
 
 sys.path.insert(0, HERE)
 from allreduce import time_loop, worker_hora, worker_mpi4py  # noqa: E402
+from jobs import free_port, run_job  # noqa: E402
 
 
 def worker_torch(sizes, port):
@@ -88,29 +88,16 @@ def round_trip():
 
 
 def run_peer(peer, per_host, sizes):
-    through_mpi = peer in ("mpi4py", "hora-mpi")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "hora.runner", "--launch-agent", AGENT,
-           "-H", ",".join(f"{h}:{per_host}" for h in HOSTS), "-np", str(2 * per_host)]
-    if through_mpi:
-        cmd += ["--mpi", "--mpi-args", f"--bind-to none --mca btl_tcp_if_include {SUBNET}.0/24 "
-                                       f"--mca oob_tcp_if_include {SUBNET}.0/24"]
-    cmd += [sys.executable, os.path.abspath(__file__), "--worker", peer, "--port", str(port),
+    launcher = ["--launch-agent", AGENT, "-H", ",".join(f"{h}:{per_host}" for h in HOSTS)]
+    if peer in ("mpi4py", "hora-mpi"):
+        launcher += ["--mpi-args", f"--bind-to none --mca btl_tcp_if_include {SUBNET}.0/24 "
+                                   f"--mca oob_tcp_if_include {SUBNET}.0/24"]
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--port", str(free_port()),
             "--sizes", ",".join(map(str, sizes))]
-    env = dict(ENV, HORA_BACKEND="mpi" if peer == "hora-mpi" else "gloo")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env, cwd=REPO)
-    if out.returncode != 0:
-        raise SystemExit(f"{peer} on {per_host}+{per_host} ranks failed:\n{out.stdout}\n{out.stderr}")
-    decoder, text, per_rank = json.JSONDecoder(), out.stdout, []
-    start = text.find('{"RESULT"')
-    while start >= 0:
-        result, end = decoder.raw_decode(text, start)
-        per_rank.append(result["RESULT"])
-        start = text.find('{"RESULT"', end)
-    if len(per_rank) != 2 * per_host:
-        raise SystemExit(f"{peer} printed {len(per_rank)} results:\n{out.stdout}\n{out.stderr}")
+    cluster_env = {k: ENV[k] for k in ("HORA_CLUSTER", "HORA_CLUSTER_SUBNET")}
+    per_rank = run_job(2 * per_host, argv, dict(cluster_env, HORA_BACKEND="mpi" if peer == "hora-mpi" else "gloo"),
+                       mpi=peer in ("mpi4py", "hora-mpi"), timeout=1800, launcher_args=launcher, cwd=REPO,
+                       what=f"{peer} on {per_host}+{per_host} ranks")
     return {n: max(r[str(n)] for r in per_rank) for n in sizes}
 
 

@@ -36,13 +36,14 @@ def print_result(result):
     print(json.dumps({"RESULT": result}), flush=True)
 
 
-def run_job(np_, argv, extra_env=None, mpi=False, timeout=900, what="job"):
-    """Runs `argv` as `np_` ranks and returns the RESULT of every rank, in
-    the order printed. Exits with the job's output if it failed or a rank
-    printed no RESULT."""
-    cmd = [sys.executable, "-m", "hora.runner"] + (["--mpi"] if mpi else []) + ["-np", str(np_)] + argv
+def run_job(np_, argv, extra_env=None, mpi=False, timeout=900, what="job", launcher_args=(), cwd=None):
+    """Runs `argv` as `np_` ranks (horarun's `launcher_args` before -np)
+    and returns the RESULT of every rank, in the order printed. Exits with
+    the job's output if it failed or a rank printed no RESULT."""
+    cmd = [sys.executable, "-m", "hora.runner"] + (["--mpi"] if mpi else []) + list(launcher_args)
+    cmd += ["-np", str(np_)] + argv
     env = dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {}))
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     if out.returncode != 0:
         raise SystemExit(f"{what} on {np_} ranks failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     # A launcher prefixes each line with the rank, or may join lines.
