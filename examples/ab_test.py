@@ -61,11 +61,17 @@ if hvd.rank() == 0:
     difference = by_arm[False] - by_arm[True]  # B - A, per test example
     mean, error = difference.mean().item(), difference.std().item() / math.sqrt(len(difference))
     outcome = (f"test MSE: A {by_arm[True].mean().item():.4f}, B {by_arm[False].mean().item():.4f}; "
-               f"B - A = {mean:+.4f} ± {error:.4f} (z = {mean / error:+.1f})")
+               f"B - A = {mean:+.4f} ± {error:.4f} standard error (z = {mean / error:+.1f})")
     print(outcome)
     verdict = ("no significant difference between the arms" if abs(mean) < 2 * error
                else f"winner: arm {'A' if mean > 0 else 'B'}")
     print(verdict, flush=True)
+    # The curves are training MSE; the outcome is test MSE on held-out examples,
+    # its standard error over those examples (paired: both arms score the same
+    # ones), so run-to-run noise of the seeds is not in it.
     save(curves_figure(curves, f"A/B test, same model and data: A (SGD + momentum) vs B (Adam)\n"
-                               f"{verdict}; {outcome}", ylabel="training MSE"), args.out)
+                               f"{verdict}; {outcome}\n"
+                               f"curves: training MSE; outcome: test MSE on {len(difference)} held-out "
+                               "examples (± paired standard error)",
+                       ylabel="training MSE"), args.out)
 hvd.shutdown()

@@ -6,8 +6,9 @@ model.fit, data-parallel over its set through
 hora.tensorflow.keras.DistributedOptimizer(process_set=...): its gradients
 are averaged over its own ranks only, and neither task waits for the other.
 Writes keras_multitask.png with both learning curves. Run from the
-repository root, after `make build` (--steps, or HORA_EXAMPLE_STEPS,
-shortens it):
+repository root, after `make demo` (--steps, or HORA_EXAMPLE_STEPS,
+shortens it; model.fit runs whole epochs, so the steps are rounded up to
+the next whole epoch, and the script says so):
 
     .venv/bin/horarun -np 4 .venv/bin/python examples/keras_multitask.py
 """
@@ -30,7 +31,7 @@ from plots import curves_figure, save  # noqa: E402
 def options():
     steps = int(os.environ.get("HORA_EXAMPLE_STEPS", 200))
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--steps", type=int, default=steps, help=f"training steps per task (default {steps})")
+    parser.add_argument("--steps", type=int, default=steps, help=f"training steps per task, rounded up to whole epochs (default {steps})")
     parser.add_argument("--batch", type=int, default=64, help="batch size per rank")
     parser.add_argument("--out", default="keras_multitask.png", help="where to write the PNG")
     return parser.parse_args()
@@ -85,13 +86,15 @@ shard = slice(my_set.rank() * len(x) // my_set.size(), (my_set.rank() + 1) * len
 x, y = x[shard], y[shard]
 
 steps_per_epoch = max(1, len(x) // args.batch)
-epochs = max(1, args.steps // steps_per_epoch)
+epochs = max(1, -(-args.steps // steps_per_epoch))   # whole epochs, at least --steps
 model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), process_set=my_set), loss=loss,
               metrics=metrics)
 progress = Progress(task, my_set, every=max(1, epochs // 5))
 if my_set.rank() == 0:
+    rounded = "" if epochs * steps_per_epoch == args.steps else (
+        f" (--steps {args.steps} rounded up to {epochs} whole epochs of {steps_per_epoch} batches)")
     print(f"[{task}] training on ranks {my_set.ranks}, {len(x)} examples per rank, "
-          f"{epochs * steps_per_epoch} steps", flush=True)
+          f"{epochs * steps_per_epoch} steps{rounded}", flush=True)
 start = time.perf_counter()
 history = model.fit(x, y, batch_size=args.batch, epochs=epochs, shuffle=False, verbose=0, callbacks=[
     hvd.callbacks.BroadcastGlobalVariablesCallback(my_set.ranks[0], process_set=my_set),

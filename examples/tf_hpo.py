@@ -7,7 +7,7 @@ tf.function step whose hora.tensorflow.DistributedGradientTape averages the
 gradients over the trial's set only. Sets run at the same time without
 waiting for each other. At the end every trial's validation loss is
 gathered, the best learning rate is reported, and tf_hpo.png shows every
-trial's curve. Run from the repository root, after `make build` (--steps,
+trial's curve. Run from the repository root, after `make demo` (--steps,
 or HORA_EXAMPLE_STEPS, shortens it):
 
     .venv/bin/horarun -np 4 .venv/bin/python examples/tf_hpo.py
