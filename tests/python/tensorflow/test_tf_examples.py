@@ -29,7 +29,12 @@ def test_docstring_gives_the_readme_form_of_the_command(name):
 
 
 def test_keras_multitask_trains_two_keras_tasks_side_by_side(tmp_path):
-    stdout, title = run_example("keras_multitask", tmp_path, steps=64)
+    stdout, title = run_example("keras_multitask", tmp_path, steps=40)
+    # model.fit runs whole epochs: the steps asked for are rounded up, and said so.
+    for ran, epochs, batches in re.findall(r"(\d+) steps \(--steps 40 rounded up to (\d+) whole epochs "
+                                           r"of (\d+) batches\)", stdout):
+        assert int(ran) == int(epochs) * int(batches) and 40 <= int(ran) < 40 + int(batches)
+    assert stdout.count("rounded up to") == 2, stdout
     assert "[spirals classifier] training on ranks [0, 2]" in stdout
     assert "[sine regression] training on ranks [1, 3]" in stdout
     for task in ("spirals classifier", "sine regression"):

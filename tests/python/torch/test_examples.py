@@ -69,7 +69,10 @@ def test_ab_test_states_the_winner(tmp_path):
     outcome = re.search(r"^\[0\]:(test MSE: A [0-9.]+, B [0-9.]+; B - A = .*)$", stdout, re.MULTILINE).group(1)
     verdict = re.search(r"^\[0\]:(winner: arm [AB]|no significant difference between the arms)$", stdout,
                         re.MULTILINE).group(1)
-    assert title.endswith(f"{verdict}; {outcome}")
+    assert f"{verdict}; {outcome}" in title
+    assert "± " in outcome and "standard error" in outcome
+    # What the curves show is not what the outcome measures: the title says both.
+    assert re.search(r"curves: training MSE; outcome: test MSE on \d+ held-out examples", title)
 
 
 def test_finetune_counts_the_tasks_it_won(tmp_path):
