@@ -1,0 +1,248 @@
+"""Training steps per second: hora's DistributedOptimizer beside torch's
+DistributedDataParallel and one process, on real models, in one run.
+
+    python benchmarks/training_step.py                          # 2 ranks on this host, every model
+    python benchmarks/training_step.py --models transformer,mlp --rounds 1
+    sudo python benchmarks/training_step.py --hosts 2 --per-host 1 2 --rates none 10gbit
+    python benchmarks/training_step.py --two-tasks              # 4 ranks: two tasks at once vs alone
+
+Models (float32, SGD, torch.set_num_threads(1) in every rank):
+- transformer: nn.TransformerEncoder, 6 layers, d_model 64, 4 heads; batch 8 x 32 tokens (72 tensors);
+- cnn: 19 conv + batch-norm blocks and a linear head, 16 channels on 16 x 16 images, batch 8 (59 tensors);
+- mlp: 20 linear layers of 64, batch 32 (40 small tensors);
+- big: 4 linear layers of 2048 x 2048, batch 16 (67 MB of gradients: bound by communication).
+Peers, each its own job: one process (the same per-rank batch, no communication);
+hora: hora.torch's DistributedOptimizer with its defaults (what users get); ddp: torch's
+DistributedDataParallel on Gloo with its default buckets. Each rank times --steps steps after a
+warm-up; a job's figure is its slowest rank's steps/s, and a peer's the median over --rounds jobs run
+in rotating order. Prints steps/s, hora over ddp, and scaling efficiency (steps/s per rank over one
+process's).
+
+--hosts 2 runs the jobs on a simulated cluster (scripts/cluster.sh, as root): --per-host ranks on each
+of two hosts, with each --rates limit on the links.
+
+--two-tasks: 4 ranks on this host, two tasks on the sets [0, 1] and [2, 3], each training the model with
+hora. "Alone": the first task trains while ranks 2 and 3 run the same model's steps with no
+communication (the same load on the cores, so that only what the tasks' communication costs each other
+is compared); "together": both train. Prints each task's steps/s together over alone. With 4 ranks on
+2 cores every figure is a share of the cores: the ratio is what matters. Not a test.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from jobs import free_port, print_result, run_job  # noqa: E402
+
+MODELS = ("transformer", "cnn", "mlp", "big")
+PEERS = ("single", "hora", "ddp")
+CLUSTER_NAME, CLUSTER_SUBNET = "horas", "10.234.0"
+HOSTS = [f"{CLUSTER_NAME}-host1", f"{CLUSTER_NAME}-host2"]
+RATES = {"none": None, "10gbit": "10gbit"}
+
+
+def build(name):
+    """(model, batch maker, loss function) for `name`, the same on every rank (seeded)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if name == "transformer":
+        layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True)
+        model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+        shape = (8, 32, 64)
+    elif name == "cnn":
+        blocks = [nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+        for _ in range(18):
+            blocks += [nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+        model = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+        shape = (8, 3, 16, 16)
+    elif name == "mlp":
+        layers = []
+        for _ in range(20):
+            layers += [nn.Linear(64, 64), nn.ReLU()]
+        model = nn.Sequential(*layers)
+        shape = (32, 64)
+    elif name == "big":
+        model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(2048, 2048), nn.ReLU())])
+        shape = (16, 2048)
+    else:
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    generator = torch.Generator().manual_seed(1)
+    batch = torch.randn(*shape, generator=generator)
+    return model, batch, lambda output: output.float().pow(2).mean()
+
+
+def timed_steps(step, steps, warm_up):
+    for _ in range(warm_up):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps / (time.perf_counter() - start)
+
+
+def sgd_step(model, optimizer, batch, loss_of):
+    def step():
+        optimizer.zero_grad()
+        loss_of(model(batch)).backward()
+        optimizer.step()
+    return step
+
+
+def worker_single(model_name, steps, warm_up):
+    import torch
+
+    torch.set_num_threads(1)
+    model, batch, loss_of = build(model_name)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    return timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
+
+
+def worker_hora(model_name, steps, warm_up, two_tasks=None):
+    import torch
+
+    import hora.torch as hvd
+
+    torch.set_num_threads(1)
+    hvd.init()
+    model, batch, loss_of = build(model_name)
+    process_set = hvd.global_process_set
+    if two_tasks is not None:
+        first, second = hvd.ProcessSet([0, 1]), hvd.ProcessSet([2, 3])
+        hvd.add_process_set(first)
+        hvd.add_process_set(second)
+        process_set = first if first.included() else second
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=process_set.ranks[0], process_set=process_set)
+    training = two_tasks == "together" or process_set.ranks[0] == 0 or two_tasks is None
+    if training:
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             process_set=process_set)
+    hvd.barrier()
+    rate = timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
+    hvd.barrier()
+    hvd.shutdown()
+    return {"rate": rate, "task": process_set.ranks[0]} if two_tasks is not None else rate
+
+
+def worker_ddp(model_name, steps, warm_up, master):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
+    dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=size)
+    model, batch, loss_of = build(model_name)
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    dist.barrier()
+    rate = timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
+    dist.barrier()
+    dist.destroy_process_group()
+    return rate
+
+
+def steps_for(model_name, steps):
+    return max(5, steps // 10) if model_name == "big" else steps
+
+
+def run_peer(peer, model_name, np_, args, launcher=(), env=None, two_tasks=None):
+    steps = steps_for(model_name, args.steps)
+    master = f"{HOSTS[0] if args.hosts else '127.0.0.1'}:{free_port()}"
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--models", model_name,
+            "--steps", str(steps), "--master", master] + (["--two-tasks-mode", two_tasks] if two_tasks else [])
+    if peer == "single":
+        np_, launcher = 1, ()
+    per_rank = run_job(np_, argv, env, launcher_args=launcher, cwd=REPO, timeout=1800,
+                       what=f"{peer} {model_name}")
+    if two_tasks:
+        return {task: min(r["rate"] for r in per_rank if r["task"] == task) for task in (0, 2)}
+    return min(per_rank)
+
+
+def table(models, np_, args, launcher=(), env=None, where="this host"):
+    print(f"\ntraining steps/s, {np_} ranks on {where} (slowest rank, median of {args.rounds} rounds)")
+    print(f"{'model':>12} {'one process':>12} {'hora':>9} {'ddp':>9} {'hora/ddp':>9} "
+          f"{'hora eff.':>10} {'ddp eff.':>9}", flush=True)
+    for model_name in models:
+        rounds = {peer: [] for peer in PEERS}
+        for r in range(args.rounds):
+            for peer in PEERS[r % 3:] + PEERS[:r % 3]:
+                rounds[peer].append(run_peer(peer, model_name, np_, args, launcher, env))
+        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        print(f"{model_name:>12} {rate['single']:>12.1f} {rate['hora']:>9.1f} {rate['ddp']:>9.1f} "
+              f"{rate['hora'] / rate['ddp']:>8.2f}x {rate['hora'] / rate['single']:>9.0%} "
+              f"{rate['ddp'] / rate['single']:>8.0%}", flush=True)
+
+
+def two_tasks(models, args):
+    print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {os.cpu_count()} cores: each task's "
+          f"steps/s, median of {args.rounds} rounds")
+    print(f"{'model':>12} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}", flush=True)
+    for model_name in models:
+        alone, together = [], []
+        for _ in range(args.rounds):
+            alone.append(run_peer("hora", model_name, 4, args, two_tasks="alone")[0])
+            together.append(run_peer("hora", model_name, 4, args, two_tasks="together"))
+        a = statistics.median(alone)
+        t = {task: statistics.median(x[task] for x in together) for task in (0, 2)}
+        print(f"{model_name:>12} {a:>9.1f} {t[0]:>11.1f} {t[2]:>11.1f} {t[0] / a:>6.0%} {t[2] / a:>6.0%}",
+              flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--np", type=int, default=2, help="ranks on this host")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps (the big model: a tenth)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hosts", type=int, choices=(2,), help="run on 2 simulated hosts (root)")
+    parser.add_argument("--per-host", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--rates", nargs="*", default=["none"], choices=list(RATES))
+    parser.add_argument("--two-tasks", action="store_true", help="two tasks at once against each alone")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--master", help=argparse.SUPPRESS)
+    parser.add_argument("--two-tasks-mode", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    models = args.models.split(",")
+
+    if args.worker:
+        warm_up = 3 if models[0] == "big" else 10
+        if args.worker == "single":
+            print_result(worker_single(models[0], args.steps, warm_up))
+        elif args.worker == "hora":
+            print_result(worker_hora(models[0], args.steps, warm_up, args.two_tasks_mode))
+        else:
+            print_result(worker_ddp(models[0], args.steps, warm_up, args.master))
+        return
+
+    if args.two_tasks:
+        two_tasks(models, args)
+        return
+    if not args.hosts:
+        table(models, args.np, args)
+        return
+    import subprocess
+
+    cluster = os.path.join(REPO, "scripts", "cluster.sh")
+    env = {"HORA_CLUSTER": CLUSTER_NAME, "HORA_CLUSTER_SUBNET": CLUSTER_SUBNET}
+    try:
+        for rate in args.rates:
+            subprocess.run([cluster, "up", "2"] + ([RATES[rate]] if RATES[rate] else []), check=True,
+                           env=dict(os.environ, **env), capture_output=True)
+            for per_host in args.per_host:
+                launcher = ["--launch-agent", f"{cluster} exec", "-H", ",".join(f"{h}:{per_host}" for h in HOSTS)]
+                table(models, 2 * per_host, args, launcher, env,
+                      where=f"2 simulated hosts ({per_host}+{per_host}), link {rate}")
+    finally:
+        subprocess.run([cluster, "down"], env=dict(os.environ, **env))
+
+
+if __name__ == "__main__":
+    main()
