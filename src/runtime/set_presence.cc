@@ -15,6 +15,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kPollSlice{100};
+// How often a waiting member asks whether the launcher saw a missing
+// member's process end (it then never arrives: fail at once).
+constexpr milliseconds kEndedCheck{500};
 constexpr milliseconds kArrivalWatch{10};
 
 std::string presence_key(int global_rank) { return "present." + std::to_string(global_rank); }
@@ -54,6 +57,12 @@ std::string absence_text(Store& job_store, const ProcessSet& set, const std::vec
   return text;
 }
 
+// Whether the launcher has written that one of `absent`'s processes ended.
+bool any_ended(Store& job_store, const std::vector<int>& absent) {
+  return std::any_of(absent.begin(), absent.end(),
+                     [&](int rank) { return peek(job_store, launcher_process_key(rank)).has_value(); });
+}
+
 std::vector<int> absent_members(Store& set_store, const ProcessSet& set) {
   std::vector<int> absent;
   for (int rank : set.ranks)
@@ -78,6 +87,7 @@ void await_members(Store& set_store, Store& job_store, const ProcessSet& set, co
   for (int rank : set.ranks) keys.push_back(presence_key(rank));
   const auto start = Clock::now();
   auto next_warning = start + options.warning_time;
+  auto next_ended_check = start + kEndedCheck;
   const std::string prefix = "process set " + std::to_string(set.id) + " " + ranks_string(set.ranks) + ": ";
   for (;;) {
     if (cancelled) throw InvalidArgument(prefix + "cancelled while waiting for its members");
@@ -88,6 +98,15 @@ void await_members(Store& set_store, Store& job_store, const ProcessSet& set, co
       if (absent.empty()) return;
       throw Timeout(prefix + absence_text(job_store, set, absent, waited) +
                     (set.id == 0 ? " (HORA_START_TIMEOUT)" : " (HORA_OP_TIMEOUT_SECONDS)"));
+    }
+    if (now >= next_ended_check) {
+      // A member whose process has ended never arrives: say so now, not at
+      // the timeout (the launcher writes how each process ended).
+      next_ended_check = now + kEndedCheck;
+      const std::vector<int> absent = absent_members(set_store, set);
+      if (absent.empty()) return;
+      if (any_ended(job_store, absent))
+        throw PeerFailure(prefix + absence_text(job_store, set, absent, waited) + "; it never will");
     }
     if (options.warning_time.count() > 0 && now >= next_warning) {
       next_warning = now + options.warning_time;

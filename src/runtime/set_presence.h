@@ -6,7 +6,9 @@
 // rendezvous key that was never set.
 //
 // While members are missing, the lowest member present warns once per
-// warning period; at the timeout every member present throws Timeout.
+// warning period; at the timeout every member present throws Timeout. When
+// the launcher has written that a missing member's process ended, every
+// member present throws PeerFailure within about half a second instead.
 #pragma once
 
 #include <atomic>

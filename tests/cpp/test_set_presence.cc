@@ -126,6 +126,38 @@ TEST(SetPresence, CancellingStopsTheWait) {
   canceller.join();
 }
 
+// A member whose process the launcher saw end never arrives: the others
+// fail at once (within about half a second), naming it and how it ended,
+// instead of waiting out the timeout.
+TEST(SetPresence, AMemberWhoseProcessEndedFailsTheWaitAtOnce) {
+  auto job_store = make_hash_store();
+  auto set_store = make_hash_store();
+  job_store->set(kLauncherWatchKey, bytes("1"));
+  std::atomic<bool> cancelled{false};
+  std::thread launcher([&] {
+    std::this_thread::sleep_for(milliseconds(200));   // it dies while rank 0 waits
+    job_store->set(launcher_process_key(3), bytes("killed by signal 9 (SIGKILL)"));
+  });
+  try {
+    await_members(*set_store, *job_store, member(5, {0, 3}, 0), {milliseconds(60'000), milliseconds(0)}, cancelled);
+    ADD_FAILURE() << "the wait ended without rank 3";
+  } catch (const PeerFailure& e) {
+    EXPECT_TRUE(contains(e.what(), "process set 5 [0, 3]: global rank 3 has not called add_process_set([0, 3]) after "))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), "(its process killed by signal 9 (SIGKILL)); it never will")) << e.what();
+  }
+  launcher.join();
+}
+
+TEST(SetPresence, MembersStillAliveAreWaitedFor) {
+  auto job_store = make_hash_store();
+  job_store->set(kLauncherWatchKey, bytes("1"));
+  job_store->set(launcher_process_key(7), bytes("exited with code 0"));  // not a member
+  const std::string error = absence_error(*job_store, 4, {0, 2}, 0, {milliseconds(1'200), milliseconds(0)});
+  EXPECT_TRUE(contains(error, "global rank 2 has not called add_process_set([0, 2]) after 1.2 s (its process is alive)"))
+      << error;
+}
+
 // Through the runtime: hvd.init() on rank 0 of two, rank 1 never calls it.
 TEST(SetPresence, InitFailsNamingTheRankThatNeverCalledIt) {
   RuntimeConfig config;

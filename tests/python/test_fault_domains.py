@@ -7,6 +7,7 @@ Also the stall inspector's warning and shutdown. Timing is asserted only as
 "within the op timeout plus slack"; benchmarks/fault_domains.py measures it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,16 @@ def test_stall_shutdown_time_turns_the_stall_into_an_error_on_every_member(tmp_p
         message = results[rank]["error"]
         assert "process set 1 [0, 1] is broken; missing global rank(s) [1]" in message, message
         assert "'lonely' within 1.5 s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)" in message, message
+
+
+def test_a_set_with_a_member_the_launcher_saw_die_fails_at_once():
+    # The op timeout is a minute: the failure must come from what horarun
+    # knows of rank 3's process, not from waiting it out.
+    run = horarun("dead_member.py", [], env={"HORA_OP_TIMEOUT_SECONDS": "60"}, timeout=120)
+    lines = [line for line in run.stdout.splitlines() if '"DEAD_MEMBER"' in line]
+    assert len(lines) == 1, describe(run)
+    outcome = json.loads(lines[0].split(":", 1)[1])["DEAD_MEMBER"]
+    assert outcome["error"] == "PeerFailureError", outcome
+    assert ("global rank 3 has not called add_process_set([0, 3]) after" in outcome["message"]
+            and "(its process killed by signal 9 (SIGKILL)); it never will" in outcome["message"]), outcome
+    assert outcome["seconds"] < 60, outcome
