@@ -58,9 +58,15 @@ bool diverged(const std::vector<PendingOp>& pending) {
 StallInspector::StallInspector(int32_t process_set_id, std::vector<int> global_ranks, StallOptions options)
     : process_set_id_(process_set_id), global_ranks_(std::move(global_ranks)), options_(options) {}
 
-void StallInspector::submitted(const std::string& name, Clock::time_point now) { first_seen_.try_emplace(name, now); }
+void StallInspector::submitted(const std::string& name, Clock::time_point now) {
+  first_seen_.try_emplace(name, now);
+  last_activity_ = now;
+}
 
-void StallInspector::finished(const std::string& name) { first_seen_.erase(name); }
+void StallInspector::finished(const std::string& name) {
+  first_seen_.erase(name);
+  finished_since_inspection_ = true;
+}
 
 milliseconds StallInspector::failure_time() const {
   const milliseconds shutdown = options_.shutdown_time, timeout = options_.op_timeout;
@@ -75,9 +81,15 @@ milliseconds StallInspector::divergence_warning_time() const {
   return diverge.count() > 0 ? std::min(warn, diverge) : warn;
 }
 
+milliseconds StallInspector::divergence_watch_time() const {
+  const milliseconds warn = divergence_warning_time(), fail = options_.divergence_timeout;
+  if (warn.count() <= 0) return std::max(fail, milliseconds{0});
+  return fail.count() > 0 ? std::min(warn, fail) : warn;
+}
+
 milliseconds StallInspector::inspection_interval() const {
   milliseconds shortest{0};
-  for (milliseconds limit : {divergence_warning_time(), failure_time()})
+  for (milliseconds limit : {divergence_watch_time(), failure_time()})
     if (limit.count() > 0 && (shortest.count() == 0 || limit < shortest)) shortest = limit;
   if (shortest.count() == 0) return shortest;
   return std::clamp(shortest / 4, milliseconds{10}, milliseconds{1000});
@@ -85,6 +97,11 @@ milliseconds StallInspector::inspection_interval() const {
 
 StallReport StallInspector::inspect(Clock::time_point now, const std::function<std::vector<PendingOp>()>& pending) {
   StallReport report;
+  if (finished_since_inspection_) {
+    finished_since_inspection_ = false;
+    last_activity_ = now;
+  }
+  if (first_seen_.empty()) noticed_ = false;
   Clock::time_point oldest = now;
   for (const auto& [name, since] : first_seen_) oldest = std::min(oldest, since);
   const auto age = std::chrono::duration_cast<milliseconds>(now - oldest);
@@ -96,7 +113,8 @@ StallReport StallInspector::inspect(Clock::time_point now, const std::function<s
   // Divergence is tracked from an inspection before its warning is due, so
   // that the warning needs two inspections in a row to agree.
   const milliseconds diverge_after = divergence_warning_time();
-  const bool near_divergence = diverge_after.count() > 0 && age + inspection_interval() >= diverge_after;
+  const milliseconds watch_after = divergence_watch_time();
+  const bool near_divergence = watch_after.count() > 0 && age + inspection_interval() >= watch_after;
   if (first_seen_.empty() || (!expired && !warn && !near_divergence)) {
     diverged_since_.reset();
     return report;
@@ -112,7 +130,16 @@ StallReport StallInspector::inspect(Clock::time_point now, const std::function<s
     if (!over.empty()) report.failure = failure(over, ops, by_shutdown_time);
   }
   if (report.failure) return report;
-  if (diverged_now && *diverged_since_ < now && age >= diverge_after && warning_due) {
+  if (diverged_now && options_.divergence_timeout.count() > 0) {
+    // Unchanged since the divergence was first seen (or since the last
+    // submission or finish, if later): the members run different code.
+    const auto still = std::chrono::duration_cast<milliseconds>(now - std::max(*diverged_since_, *last_activity_));
+    if (still >= options_.divergence_timeout) {
+      report.failure = divergence_failure(ops, still);
+      return report;
+    }
+  }
+  if (diverged_now && diverge_after.count() > 0 && *diverged_since_ < now && age >= diverge_after && warning_due) {
     report.warning = divergence_warning(ops, age);
     last_warning_ = now;
   } else if (warn && !diverged_now) {
@@ -120,6 +147,15 @@ StallReport StallInspector::inspect(Clock::time_point now, const std::function<s
     if (!stalled.empty()) {
       report.warning = warning(stalled, ops);
       last_warning_ = now;
+      noticed_ = true;
+    }
+  } else if (!diverged_now && !noticed_ && diverge_after.count() > 0 && diverge_after < warn_after &&
+             age >= diverge_after) {
+    // Say early, once, whom the set waits for; the stall warning follows.
+    std::vector<Waiting> waiting = older_than(diverge_after, now, ops);
+    if (!waiting.empty()) {
+      report.warning = waiting_notice(waiting);
+      noticed_ = true;
     }
   }
   return report;
@@ -164,6 +200,31 @@ std::string StallInspector::divergence_warning(const std::vector<PendingOp>& pen
   for (const auto& [rank, ops] : waits_by_rank(pending))
     text += "\n  global rank " + std::to_string(rank) + " waits on " + listed(ops);
   return text;
+}
+
+std::string StallInspector::waiting_notice(const std::vector<Waiting>& waiting) const {
+  std::vector<int> ranks;
+  std::vector<std::string> names;
+  for (const Waiting& w : waiting) {
+    names.push_back(w.op.name);
+    ranks.insert(ranks.end(), w.op.missing.begin(), w.op.missing.end());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return "process set " + std::to_string(process_set_id_) + " " + ranks_string(global_ranks_) + ": " +
+         quoted_names(names) + " has waited " + seconds_text(waiting.front().age) + " for global rank(s) " +
+         ranks_string(ranks) + ", which have not submitted it (still computing?); a stall warning follows at " +
+         seconds_text(options_.warning_time) + " (HOROVOD_STALL_CHECK_TIME_SECONDS)";
+}
+
+StallFailure StallInspector::divergence_failure(const std::vector<PendingOp>& pending, milliseconds still) const {
+  StallFailure out;
+  out.reason = "the ranks diverged: each waits on an op the others have not submitted, and nothing was submitted "
+               "or finished for " + seconds_text(still) + " (HORA_DIVERGENCE_TIMEOUT_SECONDS: " +
+               seconds_text(options_.divergence_timeout) + ")";
+  for (const auto& [rank, ops] : waits_by_rank(pending))
+    out.reason += "; global rank " + std::to_string(rank) + " waits on " + listed(ops);
+  return out;
 }
 
 StallFailure StallInspector::failure(const std::vector<Waiting>& expired, const std::vector<PendingOp>& pending,

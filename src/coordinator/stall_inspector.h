@@ -12,7 +12,13 @@
 // for is itself waiting on another op, so none can proceed. That is said
 // as such, naming each rank's op, and warned about sooner (the divergence
 // time) once two inspections in a row have seen it; a rank waiting on
-// another op is never called missing. It reads the clock only through its
+// another op is never called missing. Diverged members that stay so with
+// nothing submitted or finished meanwhile run different code: the set fails
+// after the divergence timeout instead of the op timeout.
+//
+// An op that waits for ranks that are not waiting on anything (still
+// computing, or stuck) gets one notice at the divergence time, naming them,
+// before the stall warning. It reads the clock only through its
 // arguments: no threads, no I/O. One engine thread calls it.
 #pragma once
 
@@ -35,6 +41,10 @@ struct StallOptions {
   // Diverged members are warned about after this, or after the warning
   // time if that is shorter (no warning when warnings are off).
   std::chrono::milliseconds divergence_time{10'000};
+  // Diverged members fail this long after the divergence was first seen
+  // while nothing was submitted or finished (HORA_DIVERGENCE_TIMEOUT_SECONDS);
+  // 0: only the op timeout fails them.
+  std::chrono::milliseconds divergence_timeout{60'000};
 };
 
 // Why a stalled set fails: the global ranks that did not submit the
@@ -57,8 +67,11 @@ class StallInspector {
   StallInspector(int32_t process_set_id, std::vector<int> global_ranks, StallOptions options);
 
   // The first call for `name` starts its clock; later ones do nothing.
+  // Any call counts as activity on the set (a diverged set with activity
+  // is not failed early).
   void submitted(const std::string& name, Clock::time_point now);
-  // `name` left negotiation (it is ready, or failed validation).
+  // `name` left negotiation (it is ready, or failed validation); counts as
+  // activity as of the next inspection.
   void finished(const std::string& name);
 
   // Calls `pending` (Negotiator::pending) only when some op is old enough
@@ -79,10 +92,15 @@ class StallInspector {
                                   const std::vector<PendingOp>& pending) const;
   std::string warning(const std::vector<Waiting>& stalled, const std::vector<PendingOp>& pending) const;
   std::string divergence_warning(const std::vector<PendingOp>& pending, std::chrono::milliseconds age) const;
+  std::string waiting_notice(const std::vector<Waiting>& waiting) const;
+  StallFailure divergence_failure(const std::vector<PendingOp>& pending, std::chrono::milliseconds still) const;
   StallFailure failure(const std::vector<Waiting>& expired, const std::vector<PendingOp>& pending,
                        bool by_shutdown_time) const;
   // The divergence time as the warning time bounds it (zero: off).
   std::chrono::milliseconds divergence_warning_time() const;
+  // When inspections start looking for divergence: the sooner of the
+  // divergence warning time and the divergence timeout (zero: never).
+  std::chrono::milliseconds divergence_watch_time() const;
   // The shorter of the shutdown time and the op timeout (zero: neither).
   std::chrono::milliseconds failure_time() const;
 
@@ -92,6 +110,9 @@ class StallInspector {
   std::unordered_map<std::string, Clock::time_point> first_seen_;
   std::optional<Clock::time_point> last_warning_;
   std::optional<Clock::time_point> diverged_since_;  // the first inspection of an unbroken run that saw it
+  std::optional<Clock::time_point> last_activity_;   // the last submission or finish seen
+  bool finished_since_inspection_ = false;
+  bool noticed_ = false;  // the waiting notice of the present stall was given
 };
 
 }  // namespace hora

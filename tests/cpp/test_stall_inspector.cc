@@ -2,6 +2,7 @@
 // warns, what the warning names, when a stall fails the set and why.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,7 @@ class DivergenceTest : public StallInspectorTest {
 };
 
 TEST_F(DivergenceTest, IsWarnedAboutAfterTheDivergenceTimeNamingEachRanksOp) {
+  options_.divergence_timeout = milliseconds(0);  // the warning repeats instead of the set failing
   StallInspector inspector = make(options_);
   inspector.submitted("loss", at(0));
   inspector.submitted("Loss", at(0));
@@ -198,8 +200,74 @@ TEST_F(DivergenceTest, FailsAtTheOpTimeoutAsDivergenceWithNobodyMissing) {
       << report.failure->reason;
 }
 
+TEST_F(DivergenceTest, FailsAfterTheDivergenceTimeoutWhenNothingChanges) {
+  // Diverged members that submit nothing more run different code: the set
+  // fails a minute after the divergence was first seen, not at the op timeout.
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  std::optional<StallFailure> failure;
+  int failed_at = 0;
+  for (int t = 1000; t <= 600'000 && !failure; t += 1000) {
+    failure = inspector.inspect(at(t), pending()).failure;
+    failed_at = t;
+  }
+  ASSERT_TRUE(failure);
+  EXPECT_EQ(failed_at, 69'000);  // first seen diverged at 9 s, an inspection interval before the warning
+  EXPECT_TRUE(failure->missing.empty());
+  EXPECT_TRUE(contains(failure->reason, "the ranks diverged: each waits on an op the others have not submitted, "
+                                        "and nothing was submitted or finished for 60 s "
+                                        "(HORA_DIVERGENCE_TIMEOUT_SECONDS: 60 s)"))
+      << failure->reason;
+  EXPECT_TRUE(contains(failure->reason, "global rank 5 waits on allreduce 'Loss' (float32 [4])")) << failure->reason;
+}
+
+TEST_F(DivergenceTest, MembersStillSubmittingKeepTheOpTimeout) {
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  for (int t = 1000; t < 100'000; t += 1000) {
+    if (t == 50'000) inspector.submitted("other", at(t));  // a member goes on submitting
+    if (t == 90'000) inspector.finished("other");          // and an op completes
+    ASSERT_FALSE(inspector.inspect(at(t), pending()).failure) << t;
+  }
+  EXPECT_FALSE(inspector.inspect(at(149'000), pending()).failure);
+  EXPECT_TRUE(inspector.inspect(at(150'000), pending()).failure);
+}
+
+TEST_F(DivergenceTest, TheDivergenceTimeoutCanBeTurnedOff) {
+  options_.divergence_timeout = milliseconds(0);
+  options_.op_timeout = milliseconds(300'000);
+  StallInspector inspector = make(options_);
+  inspector.submitted("loss", at(0));
+  inspector.submitted("Loss", at(0));
+  for (int t = 1000; t < 300'000; t += 1000) ASSERT_FALSE(inspector.inspect(at(t), pending()).failure) << t;
+  std::optional<StallFailure> failure = inspector.inspect(at(300'000), pending()).failure;
+  ASSERT_TRUE(failure);
+  EXPECT_TRUE(contains(failure->reason, "(HORA_OP_TIMEOUT_SECONDS)")) << failure->reason;
+}
+
+TEST_F(StallInspectorTest, SaysEarlyOnceWhomAnOpWaitsFor) {
+  // Rank 5 waits on nothing (it is computing): one notice at the divergence
+  // time, naming it, then the stall warning at the warning time.
+  StallInspector inspector = make({milliseconds(60'000), milliseconds(0), milliseconds(600'000), milliseconds(10'000)});
+  inspector.submitted("grad", at(0));
+  EXPECT_TRUE(inspector.inspect(at(9000), pending()).warning.empty());
+  const std::string notice = inspector.inspect(at(10'000), pending()).warning;
+  EXPECT_TRUE(contains(notice, "process set 3 [2, 5, 9]: 'grad' has waited 10 s for global rank(s) [5], which have "
+                               "not submitted it (still computing?); a stall warning follows at 60 s"))
+      << notice;
+  for (int t = 11'000; t < 60'000; t += 1000) EXPECT_TRUE(inspector.inspect(at(t), pending()).warning.empty()) << t;
+  EXPECT_TRUE(contains(inspector.inspect(at(60'000), pending()).warning, "global rank 5 has not submitted 'grad'"));
+  // A later stall of the set gets its notice again.
+  inspector.finished("grad");
+  EXPECT_TRUE(inspector.inspect(at(61'000), pending()).warning.empty());
+  inspector.submitted("grad", at(62'000));
+  EXPECT_TRUE(contains(inspector.inspect(at(72'000), pending()).warning, "has waited 10 s"));
+}
+
 TEST_F(StallInspectorTest, EverythingOffMeansNoInspections) {
-  StallInspector inspector = make({milliseconds(0), milliseconds(0), milliseconds(0)});
+  StallInspector inspector = make({milliseconds(0), milliseconds(0), milliseconds(0), milliseconds(0), milliseconds(0)});
   EXPECT_EQ(inspector.inspection_interval(), milliseconds(0));
   inspector.submitted("grad", at(0));
   StallReport report = inspector.inspect(at(10'000'000), pending());
