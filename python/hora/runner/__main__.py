@@ -2,6 +2,6 @@
 
 import sys
 
-from hora.runner.launch import main
+from hora.runner.cli import main
 
 sys.exit(main())

@@ -33,14 +33,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 from hora.runner import env as rank_env
 from hora.runner import failures
 from hora.runner import hosts as host_list
 from hora.runner import monitor as job_monitor
-from hora.runner import mpi_run
 from hora.runner import shm_leftovers
 from hora.runner import usage
 from hora.runner.processes import RankProcess, Watchdog, print_own_lines, rank_output_dir, ssh_command
@@ -442,22 +440,3 @@ class Job:
             return
         self.received_signal = signum
         self._begin_stopping(signum)
-
-
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.elastic:
-        from hora.runner import elastic
-
-        return elastic.main(args)
-    if args.mpi:
-        return mpi_run.run(args, extra_env=job_environment(args))
-    job = Job(args)
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, job.forward_signal)
-    return job.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
