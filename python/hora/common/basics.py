@@ -20,7 +20,7 @@ __all__ = ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "
            "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size"]
 
 
-def init(comm=None, process_sets=None, config=None):
+def init(comm=None, process_sets=None):
     """Starts hora in this process; every rank of the job calls it.
 
     ``process_sets`` is a list of ``ProcessSet`` objects (or the string
@@ -41,9 +41,17 @@ def init(comm=None, process_sets=None, config=None):
     torchrun (or srun with MASTER_ADDR and MASTER_PORT) the job is the one
     torchrun started: WORLD_SIZE ranks (docs/install.md).
 
-    ``config`` (a ``hora.common.config.Config``) is what the launcher's
-    environment variables give by default (``Config.from_environment()``).
+    The launcher's environment variables are read once, into a
+    ``hora.common.config.Config``; ``init_with_config`` takes one instead.
     """
+    init_with_config(None, comm, process_sets)
+
+
+def init_with_config(config, comm=None, process_sets=None):
+    """``init(comm, process_sets)`` configured by ``config`` (a
+    ``hora.common.config.Config``; None: ``Config.from_environment()``)
+    rather than by the environment: an elastic worker's next round, a job
+    whose coordinates a program knows (docs/python.md)."""
     if config is not None and not isinstance(config, Config):
         raise ValueError(f"config must be a hora.common.config.Config, got {type(config).__name__}")
     if process_sets is None or process_sets == "dynamic":

@@ -285,4 +285,4 @@ def _reset():
     """Shuts hora down and joins the next round with the running Config."""
     config = session.config
     _basics.shutdown()
-    _basics.init(config=config)
+    _basics.init_with_config(config)

@@ -2,6 +2,6 @@
 
 import sys
 
-from hora.runner.cli import main
+from hora.runner.launch import main
 
 sys.exit(main())

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 
 from hora.runner import env as rank_env
+from hora.runner import failures
 from hora.runner import hosts as host_list
 from hora.runner import processes
 from hora.runner import rounds
@@ -173,7 +174,7 @@ class ProcessPool:
     def rendezvous_address(self, host):
         if host_list.is_local(host):
             return "127.0.0.1"
-        return self.job.args.rendezvous_addr or self.job.launch._outward_address(host)
+        return self.job.args.rendezvous_addr or host_list.outward_address(host)
 
     def hostname(self, host):
         return "127.0.0.1" if host_list.is_local(host) else host
@@ -236,15 +237,12 @@ class ElasticJob:
     starts the driver's lines."""
 
     def __init__(self, args, extra_env=None, pool=None, name="horarun"):
-        from hora.runner import launch
-
-        self.launch = launch
         self.args = args
         self.name = name
         self.secret = secrets.token_hex(16)
         self.pool = pool(self) if pool is not None else ProcessPool(self)
         self.error = None
-        self.extra_env = {**launch.job_environment(args), **(extra_env or {})}
+        self.extra_env = {**rank_env.job_environment(args), **(extra_env or {})}
         self.interval = float(os.environ.get(DISCOVERY_INTERVAL_VARIABLE, "1"))
         self.exits = queue.Queue()
         self.workers = {}            # worker id -> _Worker, alive ones
@@ -373,7 +371,7 @@ class ElasticJob:
                 if worker.worker_id in self.finishers:
                     self.status = self.status or code
                 continue
-            what = getattr(worker.process, "failure", None) or self.launch.describe_exit(code)
+            what = getattr(worker.process, "failure", None) or failures.describe_exit(code)
             self.last_failure = f"worker {worker.worker_id} {what}"
             self._say(f"{self.last_failure}; blacklisting host {worker.host}")
             self._blacklist(worker.host)

@@ -20,7 +20,7 @@ The shim package (compat/horovod) installs this as the `horovodrun` script.
 import os
 import sys
 
-from hora.runner import cli, usage
+from hora.runner import launch, usage
 from hora.runner.horovodrun_flags import (  # noqa: F401
     CONFIG_KEYS,
     CONFIG_TYPES,
@@ -190,7 +190,7 @@ def main(argv=None):
     for flag, reason in args.no_effect.items():
         note_once(flag, reason)
     os.environ.update(environment_settings(args))
-    return cli.main(horarun_arguments(args))
+    return launch.main(horarun_arguments(args))
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ ENVIRONMENT = [
     ("HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "network interfaces, comma-separated, in order of "
      "preference: a rank listens on the address of the first its host has (horarun --network-interfaces "
      "sets it)", "the address horarun gives the rank"),
-    ("HORA_ELASTIC_ROUND", None, "the elastic driver's rendezvous round a worker joins (set by hora.elastic "
-     "in elastic jobs, docs/elastic.md)", "none"),
+    ("HORA_ELASTIC_ROUND", None, "the elastic driver's rendezvous round a worker joins (an elastic worker's "
+     "init() gives the core the round it joined; docs/elastic.md)", "none"),
     ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
      "memory (tests simulate several hosts on one)", "empty"),
 ]
