@@ -191,3 +191,54 @@ def test_objects_travel_as_bytes_through_every_front_end():
                             cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "objects ok" in result.stdout
+
+
+# --- state in one object ------------------------------------------------------------------
+
+PACKAGE = os.path.join(REPO, "python", "hora")
+# Module-level containers that are registries of the process, not session
+# state: the front ends registered for ProcessSet dispatch, and the buffers
+# of dropped handles the core still uses (each under its own lock).
+REGISTRIES = {("common/adapters.py", "_registered"), ("common/handles.py", "_orphans")}
+
+
+def module_sources():
+    for folder, _, files in os.walk(PACKAGE):
+        for file in sorted(files):
+            if file.endswith(".py"):
+                path = os.path.join(folder, file)
+                with open(path, encoding="utf-8") as f:
+                    yield os.path.relpath(path, PACKAGE), f.read()
+
+
+def test_no_module_rebinds_a_global():
+    import ast
+
+    found = [f"{path}:{node.lineno} global {', '.join(node.names)}" for path, source in module_sources()
+             for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Global)]
+    assert not found, "state belongs in hora.common.session, not module globals:\n" + "\n".join(found)
+
+
+def test_hora_common_keeps_no_mutable_container_outside_the_session():
+    import ast
+
+    def mutable(value):
+        """An empty container (constant tables are filled where they are written)."""
+        if isinstance(value, (ast.List, ast.Set)):
+            return not value.elts
+        if isinstance(value, ast.Dict):
+            return not value.keys
+        return isinstance(value, ast.Call) and not value.args and getattr(
+            value.func, "attr", getattr(value.func, "id", None)) in ("set", "dict", "list", "WeakSet",
+                                                                     "WeakValueDictionary", "OrderedDict")
+
+    found = []
+    for path, source in module_sources():
+        if not path.startswith("common" + os.sep) or path.endswith("session.py"):
+            continue
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and mutable(node.value):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                found += [f"{path}:{node.lineno} {name}" for name in names
+                          if (path, name) not in REGISTRIES and name != "__all__"]
+    assert not found, "session state outside hora.common.session:\n" + "\n".join(found)

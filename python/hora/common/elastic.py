@@ -37,6 +37,11 @@ from hora.common.session import session
 from hora.errors import HorovodInternalError, PeerFailureError  # noqa: F401
 from hora.runner.rounds import ROUND_KEY, assignment_key, joined_key  # noqa: F401
 
+# hvd.elastic's framework-free names; each front end's elastic module
+# re-exports them and adds its states.
+__all__ = ["ElasticProcessSet", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "Parts", "State",
+           "broadcast_object", "current_round", "remake_sets", "run"]
+
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by ``State.commit()``/``check_host_updates()`` on every member
