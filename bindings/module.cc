@@ -8,12 +8,14 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "hora/errors.h"
 #include "hora/runtime.h"
-#include "store/tcp_store_server.h"
+#include "store.h"
 #include "tensors.h"
 #include "transport/registry.h"
 
@@ -53,12 +55,44 @@ nb::dict metrics_dict(const SetMetrics& m) {
   return out;
 }
 
+// What init() learned in Python (hora.common.config.Config.core_settings():
+// an elastic worker's round, a torchrun job's rendezvous) over what the
+// environment says.
+void apply_settings(RuntimeConfig& config, const nb::dict& settings) {
+  static const std::map<std::string, int RuntimeConfig::*> numbers = {
+      {"rank", &RuntimeConfig::rank},
+      {"size", &RuntimeConfig::size},
+      {"local_rank", &RuntimeConfig::local_rank},
+      {"local_size", &RuntimeConfig::local_size},
+      {"cross_rank", &RuntimeConfig::cross_rank},
+      {"cross_size", &RuntimeConfig::cross_size},
+      {"rendezvous_port", &RuntimeConfig::rendezvous_port},
+      {"elastic_round", &RuntimeConfig::elastic_round}};
+  static const std::map<std::string, std::string RuntimeConfig::*> texts = {
+      {"hostname", &RuntimeConfig::hostname},
+      {"rendezvous_addr", &RuntimeConfig::rendezvous_host},
+      {"secret", &RuntimeConfig::secret}};
+  for (auto [key, value] : settings) {
+    const std::string name = nb::cast<std::string>(key);
+    if (auto number = numbers.find(name); number != numbers.end()) {
+      config.*(number->second) = nb::cast<int>(value);
+    } else if (auto text = texts.find(name); text != texts.end()) {
+      config.*(text->second) = nb::cast<std::string>(value);
+    } else {
+      throw InvalidArgument("init: the core takes no setting named " + name);
+    }
+  }
+  // horarun's (or torchrun's) rendezvous, not MPI's bootstrap.
+  if (settings.contains("rendezvous_addr")) config.mpi_launched = false;
+}
+
 // `mpi_communicator` (a Fortran handle) or `mpi_world_ranks`: init(comm=...).
 void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64_t> mpi_communicator,
-          const std::vector<int>& mpi_world_ranks) {
+          const std::vector<int>& mpi_world_ranks, const nb::dict& settings) {
   std::lock_guard<std::mutex> lock(runtime_mutex);
   if (runtime) return;
   RuntimeConfig config = runtime_config_from_env();
+  apply_settings(config, settings);
   config.mpi_communicator = mpi_communicator;
   config.mpi_world_ranks = mpi_world_ranks;
   // An elastic round is every worker's common epoch; otherwise each init of
@@ -155,55 +189,12 @@ void register_errors(nb::module_& m) {
   });
 }
 
-// The launcher's rendezvous server; close() (or the object's end) stops it.
-class StoreServer {
- public:
-  StoreServer(const std::string& host, const nb::bytes& secret, int port)
-      : server_(std::make_unique<TcpStoreServer>(host, std::string(secret.c_str(), secret.size()), port)),
-        port_(server_->port()) {}
-
-  int port() const { return port_; }
-
-  void set(const nb::bytes& key, const nb::bytes& value) {
-    const auto* bytes = static_cast<const uint8_t*>(value.data());
-    running().set(std::string(key.c_str(), key.size()), std::vector<uint8_t>(bytes, bytes + value.size()));
-  }
-
-  nb::list items_with_prefix(const nb::bytes& prefix) {
-    nb::list out;
-    for (const auto& [key, value] : running().items_with_prefix(std::string(prefix.c_str(), prefix.size())))
-      out.append(nb::make_tuple(nb::bytes(key.data(), key.size()), nb::bytes(value.data(), value.size())));
-    return out;
-  }
-
-  void close() {
-    std::unique_ptr<TcpStoreServer> server = std::move(server_);
-    nb::gil_scoped_release release;
-    server.reset();
-  }
-
- private:
-  TcpStoreServer& running() {
-    if (!server_) throw InvalidArgument("the rendezvous server has been stopped");
-    return *server_;
-  }
-
-  std::unique_ptr<TcpStoreServer> server_;
-  int port_;
-};
-
 }  // namespace
 
 NB_MODULE(_core, m) {
   register_enums(m);
   register_errors(m);
-
-  nb::class_<StoreServer>(m, "StoreServer")
-      .def(nb::init<const std::string&, const nb::bytes&, int>(), "host"_a, "secret"_a, "port"_a = 0)
-      .def_prop_ro("port", &StoreServer::port)
-      .def("set", &StoreServer::set, "key"_a, "value"_a)
-      .def("items_with_prefix", &StoreServer::items_with_prefix, "prefix"_a)
-      .def("close", &StoreServer::close);
+  register_store(m);
 
   nb::class_<Work>(m, "Work")
       .def("ready", &Work::ready)
@@ -219,7 +210,7 @@ NB_MODULE(_core, m) {
         "work"_a, "dtype"_a);
 
   m.def("init", &init, "process_sets"_a, "mpi_communicator"_a.none() = nb::none(),
-        "mpi_world_ranks"_a = std::vector<int>{});
+        "mpi_world_ranks"_a = std::vector<int>{}, "settings"_a = nb::dict());
   m.def("shutdown", &shutdown);
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lock(runtime_mutex);

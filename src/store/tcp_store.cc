@@ -1,5 +1,6 @@
-// Client of the launcher's rendezvous server. The wire protocol is described in
-// docs/rendezvous.md; its encoding lives in store_protocol.{h,cc}.
+// Client of the launcher's rendezvous server, for the runtime (make_tcp_store)
+// and for Python (connect_tcp_store, tcp_store.h). The wire protocol is
+// described in docs/rendezvous.md; its encoding lives in store_protocol.{h,cc}.
 
 #include <algorithm>
 #include <array>
@@ -20,6 +21,7 @@
 #include "net/hmac.h"
 #include "net/socket.h"
 #include "store/store_protocol.h"
+#include "store/tcp_store.h"
 
 namespace hora {
 namespace {
@@ -161,13 +163,13 @@ Connection open_connection(const std::string& host, int port, const std::string&
       std::array<uint8_t, kAnswerBytes> answer;
       connection.recv_exact(answer.data(), answer.size(), deadline);
       if (check_answer(answer, secret, server_nonce, client_nonce) == Status::kBadSecret) {
-        throw InvalidArgument("the rendezvous server at " + where +
+        throw SecretRefused("the rendezvous server at " + where +
                               " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
                               "horarun gave this job");
       }
       return connection;
     } catch (const Internal& e) {
-      throw InvalidArgument("the rendezvous server at " + where + " failed the handshake: " + e.what());
+      throw ServerUnproven("the rendezvous server at " + where + " failed the handshake: " + e.what());
     } catch (const ConnectionLost& lost) {
       if (connection.timed_out()) throw Timeout("no answer to the handshake from the rendezvous server at " + where);
       if (challenged || Clock::now() + pause >= deadline) {
@@ -183,10 +185,17 @@ Connection open_connection(const std::string& host, int port, const std::string&
 
 // Store over connections to the rendezvous server. Any thread may call it;
 // concurrent calls use separate connections, kept for reuse once idle.
-class TcpStore final : public Store {
+// `reconnect`: a call whose idle connection broke since its last use opens
+// a new one and resends (the runtime's stores); without it the call fails.
+class TcpStore final : public TcpStoreClient {
  public:
-  TcpStore(std::string host, int port, std::string secret)
-      : host_(std::move(host)), port_(port), secret_(std::move(secret)) {}
+  TcpStore(std::string host, int port, std::string secret, bool reconnect = true)
+      : host_(std::move(host)), port_(port), secret_(std::move(secret)), reconnect_(reconnect) {}
+
+  // Opens a connection (handshake included) and keeps it for the next call.
+  void connect(milliseconds timeout) { give_back(open_connection(host_, port_, secret_, deadline_after(timeout))); }
+
+  void ping() override { call({Command::kPing, 0, {}, {}}, kConnectTimeout); }
 
   // Reads the replies still owed for posted sets before the connections
   // close: a connection closed with replies unread is reset, and a reset
@@ -304,7 +313,7 @@ class TcpStore final : public Store {
       return reply;
     } catch (const ConnectionLost& lost) {
       // Posted sets may be lost with a broken connection: no resend then.
-      if (connection->timed_out() || !reused || connection->unread_replies() > 0)
+      if (connection->timed_out() || !reused || !reconnect_ || connection->unread_replies() > 0)
         throw_lost_connection(lost, connection->timed_out());
     }
     // The connection had broken since its last use: reconnect once and resend.
@@ -344,12 +353,12 @@ class TcpStore final : public Store {
 
   Reply check_refusal(Reply reply) const {
     if (reply.status == Status::kBadSecret) {
-      throw InvalidArgument("the rendezvous server at " + where() +
+      throw SecretRefused("the rendezvous server at " + where() +
                             " refused the job secret (BAD_SECRET); HORA_SECRET must be the one "
                             "horarun gave this job");
     }
     if (reply.status == Status::kBadRequest) {
-      throw InvalidArgument("the rendezvous server at " + where() + " refused the request: " +
+      throw RequestRefused("the rendezvous server at " + where() + " refused the request: " +
                             std::string(reply.value.begin(), reply.value.end()));
     }
     return reply;
@@ -364,13 +373,12 @@ class TcpStore final : public Store {
   const std::string host_;
   const int port_;
   const std::string secret_;
+  const bool reconnect_;
   std::mutex mutex_;
   std::vector<Connection> idle_;   // guarded by mutex_
 };
 
-}  // namespace
-
-std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const std::string& secret) {
+void check_address(const std::string& host, int port, const std::string& secret) {
   if (host.empty()) throw InvalidArgument("rendezvous host is empty");
   if (port <= 0 || port > 65535) {
     throw InvalidArgument("rendezvous port " + std::to_string(port) + " is not in 1..65535");
@@ -379,7 +387,21 @@ std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const s
     throw InvalidArgument("the job secret must be 1.." + std::to_string(kMaxSecretBytes) +
                           " bytes, got " + std::to_string(secret.size()));
   }
+}
+
+}  // namespace
+
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const std::string& secret) {
+  check_address(host, port, secret);
   return std::make_shared<TcpStore>(host, port, secret);
+}
+
+std::shared_ptr<TcpStoreClient> connect_tcp_store(const std::string& host, int port, const std::string& secret,
+                                                  std::chrono::milliseconds connect_timeout) {
+  check_address(host, port, secret);
+  auto store = std::make_shared<TcpStore>(host, port, secret, /*reconnect=*/false);
+  store->connect(connect_timeout);
+  return store;
 }
 
 }  // namespace hora

@@ -16,6 +16,7 @@
 #include "net/hmac.h"
 #include "net/socket.h"
 #include "store/store_protocol.h"
+#include "store/tcp_store.h"
 #include "store/tcp_store_server.h"
 #include "store_clients.h"
 
@@ -302,6 +303,46 @@ TEST(TcpStoreReconnectTest, UnreachableServerTimesOut) {
   EXPECT_LT(seconds_since(start), 10.0);
 }
 
+// The client Python uses (hora.runner.rendezvous.RendezvousClient).
+
+TEST_F(TcpStoreTest, AConnectedClientHasPassedTheHandshakeWhenItIsReturned) {
+  auto store = connect_tcp_store("127.0.0.1", port(), kSecret, milliseconds(5000));
+  store->ping();
+  store->set("k", bytes_of("v"));
+  EXPECT_EQ(store->get("k", milliseconds(1000)), bytes_of("v"));
+  EXPECT_THROW(connect_tcp_store("127.0.0.1", port(), "not-the-job-secret", milliseconds(5000)), SecretRefused);
+}
+
+TEST_F(TcpStoreTest, AConnectedClientTellsTheServersRefusalsApart) {
+  auto store = connect_tcp_store("127.0.0.1", port(), kSecret, milliseconds(5000));
+  store->add("max", INT64_MAX);
+  EXPECT_THROW(store->add("max", 1), RequestRefused);
+  EXPECT_THROW(store->get("never", milliseconds(0)), Timeout);
+}
+
+TEST(TcpStoreConnectTest, AConnectedClientFailsAtOnceWhenTheServerGoesAway) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", kSecret);
+  const int port = server->port();
+  auto store = connect_tcp_store("127.0.0.1", port, kSecret, milliseconds(5000));
+  store->set("before", bytes_of("1"));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    server.reset();
+  });
+  const auto start = Clock::now();
+  EXPECT_THROW(store->get("never", milliseconds(60000)), Error);   // the stopping server ends the wait
+  stopper.join();
+  // The connection is gone: the next call fails at once instead of trying
+  // to reconnect for the 30 s the runtime's stores give it.
+  EXPECT_THROW(store->set("after", bytes_of("2")), PeerFailure);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+TEST(TcpStoreConnectTest, AnUnreachableServerTimesOutWhileConnecting) {
+  const auto start = Clock::now();
+  EXPECT_THROW(connect_tcp_store("127.0.0.1", unused_port(), kSecret, milliseconds(1000)), Timeout);
+  EXPECT_LT(seconds_since(start), 10.0);
+}
 
 }  // namespace
 }  // namespace hora

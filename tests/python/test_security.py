@@ -393,7 +393,7 @@ KEY_LISTS = st.lists(st.binary(max_size=20), max_size=5).map(rendezvous.encode_k
 def test_fuzz_a_key_list_of_any_bytes_decodes_or_is_refused(data):
     try:
         keys = rendezvous.decode_keys(data)
-    except rendezvous._Refusal:
+    except rendezvous.RendezvousError:
         return
     assert all(isinstance(key, bytes) and len(key) <= rendezvous.MAX_KEY_BYTES for key in keys)
     assert len(rendezvous.encode_keys(keys)) <= len(data)

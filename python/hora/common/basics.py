@@ -5,13 +5,19 @@ import os
 import sys
 
 from hora import _core
-from hora.common import elastic as _elastic
+from hora.common import elastic_rounds as _elastic_rounds
 from hora.common import interrupts as _interrupts
 from hora.common import launchers as _launchers
 from hora.common import metrics_http as _metrics_http
 from hora.common import monitor as _monitor
 from hora.common import mpi as _mpi
 from hora.common import process_sets as _process_sets
+from hora.common.config import Config
+from hora.common.session import session
+
+__all__ = ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init",
+           "is_homogeneous", "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled",
+           "mpi_threads_supported", "nccl_built", "rank", "rocm_built", "shutdown", "size"]
 
 
 def init(comm=None, process_sets=None):
@@ -34,7 +40,20 @@ def init(comm=None, process_sets=None):
     by default MPI under mpirun or srun and Gloo under horarun. Under
     torchrun (or srun with MASTER_ADDR and MASTER_PORT) the job is the one
     torchrun started: WORLD_SIZE ranks (docs/install.md).
+
+    The launcher's environment variables are read once, into a
+    ``hora.common.config.Config``; ``init_with_config`` takes one instead.
     """
+    init_with_config(None, comm, process_sets)
+
+
+def init_with_config(config, comm=None, process_sets=None):
+    """``init(comm, process_sets)`` configured by ``config`` (a
+    ``hora.common.config.Config``; None: ``Config.from_environment()``)
+    rather than by the environment: an elastic worker's next round, a job
+    whose coordinates a program knows (docs/python.md)."""
+    if config is not None and not isinstance(config, Config):
+        raise ValueError(f"config must be a hora.common.config.Config, got {type(config).__name__}")
     if process_sets is None or process_sets == "dynamic":
         process_sets = []
     sets = list(process_sets)
@@ -44,20 +63,19 @@ def init(comm=None, process_sets=None):
     if _core.is_initialized():
         _process_sets.adopt_existing_sets(sets)
         return
-    metrics_port = _metrics_http.port_from_environment()
-    metrics_address = _metrics_http.address_from_environment()
+    config = config or Config.from_environment()
     mpi_communicator, world_ranks = _mpi.world_arguments(comm)
     _mpi.on_init(comm)
     try:
-        _check_timeline_directory()
+        _check_timeline_directory(config)
         initial, ids = _initial_sets(sets)
-        if _elastic.in_elastic_job():
-            _elastic.join_round()   # this worker's rank and size in the driver's newest round
+        if config.elastic:
+            config = _elastic_rounds.join_round(config)   # this worker's coordinates in the driver's newest round
         elif comm is None:
-            _launchers.adopt()      # torchrun's (or srun's) job, when one started this process
+            config = _launchers.adopt(config)   # torchrun's (or srun's) job, when one started this process
         if sets:
-            _process_sets.check_initial_sets([ps.ranks for ps in sets], _size_before_init(comm, world_ranks))
-        _core.init(initial, mpi_communicator, world_ranks)
+            _process_sets.check_initial_sets([ps.ranks for ps in sets], _size_before_init(comm, world_ranks, config))
+        _core.init(initial, mpi_communicator, world_ranks, config.core_settings())
         try:
             _process_sets.check_initial_sets([ps.ranks for ps in sets], _core.size())
         except ValueError:
@@ -66,12 +84,13 @@ def init(comm=None, process_sets=None):
     except BaseException:
         _mpi.on_shutdown()
         raise
+    session.config = config
     _register_shutdown_at_exit()
     _report_uncaught_exceptions()
     _interrupts.install(_core.rank())
     _process_sets._on_init(sets, ids, comm if _mpi.is_communicator(comm) else None)
-    _metrics_http.start(metrics_port, _core.local_rank(), metrics_address)
-    _monitor.start(_core.rank())
+    _metrics_http.start(config.metrics_port, _core.local_rank(), config.metrics_address)
+    _monitor.start(_core.rank(), config)
 
 
 def _initial_sets(sets):
@@ -88,14 +107,13 @@ def _initial_sets(sets):
     return _mpi.agree_initial_sets([ps.ranks for ps in sets])
 
 
-def _check_timeline_directory():
+def _check_timeline_directory(config):
     """ValueError when HORA_TIMELINE (HOROVOD_TIMELINE) names a file in a
     directory that does not exist or cannot be written: the timeline would
     record nothing. Every rank checks, as any rank may write a file there."""
-    name = next((n for n in ("HORA_TIMELINE", "HOROVOD_TIMELINE") if os.environ.get(n)), None)
-    if name is None:
+    if config.timeline is None:
         return
-    path = os.environ[name]
+    name, path = config.timeline
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ValueError(f"{name}={path}: the directory {directory} does not exist; create it, or point "
@@ -104,40 +122,23 @@ def _check_timeline_directory():
         raise ValueError(f"{name}={path}: the directory {directory} is not writable")
 
 
-# Where the core finds the job's size (src/util/env.cc), in its order.
-_SIZE_VARIABLES = ("HORA_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_SLURM_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-
-
-def _size_before_init(comm, world_ranks):
+def _size_before_init(comm, world_ranks, config):
     """The job's size as the core will find it, or None where it is not
     known before init (the sets are checked again after it)."""
     if world_ranks:
         return len(world_ranks)
     if _mpi.is_communicator(comm):
         return comm.Get_size()
-    names = _SIZE_VARIABLES
-    if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
-        names += _SLURM_SIZE_VARIABLES
-    for name in names:
-        value = os.environ.get(name, "")
-        if value:
-            return int(value) if value.isdigit() and int(value) > 0 else None
-    return None
-
-
-_shutdown_registered = False
-_original_excepthook = None
+    return config.size if config.size is not None else config.launcher_size
 
 
 def _register_shutdown_at_exit():
     # Registered at the first init, after mpi4py's own exit handler if the
     # program imported mpi4py first: exit handlers run last-in first-out, so
     # hora stops its process sets before mpi4py finalizes MPI.
-    global _shutdown_registered
-    if not _shutdown_registered:
+    if not session.shutdown_registered:
         atexit.register(_shutdown_at_exit)
-        _shutdown_registered = True
+        session.shutdown_registered = True
 
 
 @_interrupts.quiet_during
@@ -151,15 +152,14 @@ def _report_uncaught_exceptions():
     # dies of an exception would otherwise wait at exit in MPI_Finalize for
     # peers that wait for it: end the whole job, as mpirun does for a rank
     # that exits with an error. (Nothing is aborted when MPI is not in use.)
-    global _original_excepthook
-    if _original_excepthook is not None:
+    if session.original_excepthook is not None:
         return
-    _original_excepthook = sys.excepthook
+    session.original_excepthook = original = sys.excepthook
 
     @_interrupts.quiet_during
     def hook(kind, value, traceback):
         if not _interrupts.report_uncaught(kind, value, traceback):
-            _original_excepthook(kind, value, traceback)
+            original(kind, value, traceback)
         sys.stdout.flush()
         sys.stderr.flush()
         _core.mpi_abort(1)
@@ -174,6 +174,7 @@ def shutdown():
     _core.shutdown()
     _process_sets._on_shutdown()
     _mpi.on_shutdown()
+    session.config = None
 
 
 def is_initialized():

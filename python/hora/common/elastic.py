@@ -26,29 +26,21 @@ The training function and its state (docs/elastic.md has the whole model):
 """
 
 import copy
-import json
-import os
-import time
 
 from hora import _core
+from hora.common import basics as _basics
+from hora.common import objects as _objects
+from hora.common import process_sets as _process_sets
+from hora.common.core_types import Max
+from hora.common.elastic_rounds import current_round, newest_round  # noqa: F401
+from hora.common.session import session
 from hora.errors import HorovodInternalError, PeerFailureError  # noqa: F401
+from hora.runner.rounds import ROUND_KEY, assignment_key, joined_key  # noqa: F401
 
-ROUND_KEY = "elastic/round"          # the newest round, decimal
-ENVIRONMENT_FLAG = "HORA_ELASTIC"    # "1" in a worker of an elastic job
-WORKER_VARIABLE = "HORA_WORKER_ID"   # host:slot, stable for the worker's life
-ROUND_VARIABLE = "HORA_ELASTIC_ROUND"
-TIMEOUT_VARIABLE = "HORA_ELASTIC_TIMEOUT"
-_COORDINATES = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
-
-
-def joined_key(worker):
-    """The round worker `worker` joined last (it sets it as it joins)."""
-    return f"elastic/joined/{worker}"
-
-
-def assignment_key(round_):
-    """Round `round_`'s worker -> [rank, size, local rank, local size, cross rank, cross size]."""
-    return f"elastic/round.{round_}/ranks"
+# hvd.elastic's framework-free names; each front end's elastic module
+# re-exports them and adds its states.
+__all__ = ["ElasticProcessSet", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState", "Parts", "State",
+           "broadcast_object", "current_round", "remake_sets", "run"]
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -63,68 +55,8 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 
 def in_elastic_job():
-    return os.environ.get(ENVIRONMENT_FLAG) == "1"
-
-
-# The round this process joined last (-1: none yet).
-_joined_round = -1
-
-
-def current_round():
-    return _joined_round
-
-
-def _client():
-    from hora.runner.rendezvous import RendezvousClient
-
-    return RendezvousClient(os.environ["HORA_RENDEZVOUS_ADDR"], int(os.environ["HORA_RENDEZVOUS_PORT"]),
-                            os.environ["HORA_SECRET"])
-
-
-def _timeout():
-    return float(os.environ.get(TIMEOUT_VARIABLE, "600"))
-
-
-def newest_round():
-    """The driver's newest round (-1 before the first)."""
-    with _client() as client:
-        try:
-            return int(client.get(ROUND_KEY, timeout=0))
-        except TimeoutError:
-            return -1
-
-
-def join_round():
-    """Waits for the first round after the one this process joined last
-    that includes this worker (the newest such one), and sets the variables
-    hora's core reads for it. Returns the round."""
-    global _joined_round
-    worker = os.environ[WORKER_VARIABLE]
-    deadline = time.monotonic() + _timeout()
-    with _client() as client:
-        wanted = _joined_round + 1
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"elastic worker {worker}: no rendezvous round after round {_joined_round} "
-                                   f"included it within {_timeout():g} s ({TIMEOUT_VARIABLE})")
-            try:
-                newest = int(client.get(ROUND_KEY, timeout=min(left, 1.0)))
-            except TimeoutError:
-                continue
-            if newest < wanted:
-                time.sleep(0.02)
-                continue
-            assignment = json.loads(client.get(assignment_key(newest), timeout=left))
-            if worker not in assignment:
-                wanted = newest + 1   # a round without this worker: wait for one with it
-                continue
-            for name, value in zip(_COORDINATES, assignment[worker]):
-                os.environ["HORA_" + name] = os.environ["HOROVOD_" + name] = str(value)
-            os.environ[ROUND_VARIABLE] = str(newest)
-            client.set(joined_key(worker), str(newest))
-            _joined_round = newest
-            return newest
+    """Whether this process is a worker of an elastic job (and hora runs)."""
+    return session.config is not None and session.config.elastic
 
 
 class Parts:
@@ -175,11 +107,9 @@ class ElasticProcessSet:
         self.name = name or repr(spec)
         self.process_set = None
         self._round = None
-        _elastic_sets.append(self)
+        session.elastic_sets.append(self)
 
     def _remake(self, round_):
-        from hora.common import process_sets as _process_sets
-
         if self._round == round_:
             return
         ranks = evaluate_spec(self.spec, _core.size())
@@ -188,8 +118,8 @@ class ElasticProcessSet:
 
     def _current(self):
         """The set of the round joined last, made on first use in a round."""
-        if self._round != _joined_round and _core.is_initialized():
-            self._remake(_joined_round)
+        if self._round != session.joined_round and _core.is_initialized():
+            self._remake(session.joined_round)
         return self.process_set
 
     @property
@@ -212,27 +142,22 @@ class ElasticProcessSet:
         return f"ElasticProcessSet({self.name}, round {self._round}: {self.ranks})"
 
 
-_elastic_sets = []
-
-
 def remake_sets():
     """Makes every ElasticProcessSet of this process for the current round
     (in the order they were declared, on every worker alike)."""
-    for elastic_set in _elastic_sets:
-        elastic_set._remake(_joined_round)
+    for elastic_set in session.elastic_sets:
+        elastic_set._remake(session.joined_round)
 
 
 def _resolved(process_set):
     """The hora ProcessSet a State works in (the global set by default)."""
-    from hora.common import process_sets as _process_sets
-
     if process_set is None:
         return _process_sets.global_process_set
     if isinstance(process_set, ElasticProcessSet):
-        if process_set._round != _joined_round:
-            process_set._remake(_joined_round)
+        if process_set._round != session.joined_round:
+            process_set._remake(session.joined_round)
         if not process_set.included():
-            raise ValueError(f"this rank is not a member of {process_set!r} in round {_joined_round}; a state "
+            raise ValueError(f"this rank is not a member of {process_set!r} in round {session.joined_round}; a state "
                              "bound to it is used by its members only")
         return process_set.process_set
     return process_set
@@ -268,21 +193,17 @@ class State:
         members agree on the newest round any of them saw (an allreduce)."""
         if not in_elastic_job():
             return
-        hvd, np = _collectives(), _numpy()
-        seen = np.array([newest_round()], dtype=np.int64)
-        agreed = int(hvd.allreduce(seen, name="hora.elastic.round", op=hvd.Max,
-                                   process_set=_resolved(self.process_set))[0])
-        if agreed > _joined_round:
+        agreed = _objects.allreduce_int64(newest_round(), Max, "hora.elastic.round", _resolved(self.process_set))
+        if agreed > session.joined_round:
             raise HostsUpdatedInterrupt()
 
     def sync(self):
         """Makes every member equal to the member with the most commits
         (the lowest set rank among equals); new workers receive it."""
-        group, np = _resolved(self.process_set), _numpy()
-        counts = _collectives().allgather(np.array([self._commits], dtype=np.int64), name="hora.elastic.commits",
-                                          process_set=group)
-        source = int(np.argmax(counts))   # the first of the highest
-        self._commits = int(counts[source])
+        group = _resolved(self.process_set)
+        counts = _objects.allgather_int64(self._commits, "hora.elastic.commits", group)
+        source = counts.index(max(counts))   # the first of the highest
+        self._commits = counts[source]
         self._sync_from(group.ranks[source], group)
 
     # Subclasses:
@@ -297,34 +218,10 @@ class State:
         raise NotImplementedError
 
 
-def _collectives():
-    """hora.numpy: the front end the state machinery talks through (loaded
-    only when a state is used, so hora.common needs no array library)."""
-    import hora.numpy as numpy_front_end
-
-    return numpy_front_end
-
-
-def _numpy():
-    import numpy
-
-    return numpy
-
-
 def broadcast_object(obj, root, process_set, name):
     """`obj` as global rank `root` has it, pickled (cloudpickle) and
     broadcast over `process_set`."""
-    import cloudpickle
-
-    hvd, np = _collectives(), _numpy()
-    mine = _core.rank() == root
-    payload = np.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=np.uint8) if mine else None
-    length = np.array([payload.size if mine else 0], dtype=np.int64)
-    hvd.broadcast_(length, root, name=name + ".sz", process_set=process_set)
-    if not mine:
-        payload = np.empty(int(length[0]), dtype=np.uint8)
-    payload = hvd.broadcast(payload, root, name=name + ".t", process_set=process_set)
-    return obj if mine else cloudpickle.loads(payload.tobytes())
+    return _objects.broadcast_object(obj, root, name, process_set)
 
 
 def _has_state_dict(value):
@@ -390,7 +287,7 @@ def run(func, reset=None):
 
 
 def _reset():
-    from hora.common import basics
-
-    basics.shutdown()
-    basics.init()
+    """Shuts hora down and joins the next round with the running Config."""
+    config = session.config
+    _basics.shutdown()
+    _basics.init_with_config(config)

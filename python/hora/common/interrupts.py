@@ -28,49 +28,59 @@ import sys
 import threading
 import time
 
+from hora.common.session import session
+
 WAIT_SECONDS = 0.5
 _HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_rank = None
-_installed = False
-_sigint_seen = 0            # SIGINTs the watcher saw arrive
-_sigint_taken = 0           # SIGINTs the main thread's handler ran for
-_taken_while_reporting = False
-_quiet_codes = set()        # code objects during which SIGINT is only recorded
+
+
+class SigintState:
+    """What the handler and the watcher know of this process's SIGINTs
+    (session.sigint holds the one of the process)."""
+
+    def __init__(self):
+        self.rank = None
+        self.installed = False
+        self.seen = 0                   # SIGINTs the watcher saw arrive
+        self.taken = 0                  # SIGINTs the main thread's handler ran for
+        self.taken_while_reporting = False
+        self.quiet_codes = set()        # code objects during which SIGINT is only recorded
+
+
+_state = session.sigint = SigintState()
 
 
 def install(rank):
     """Takes over SIGINT for rank `rank` (from the main thread, after init);
     does nothing where the program chose its own SIGINT handler."""
-    global _rank, _installed
-    _rank = rank
-    if _installed or threading.current_thread() is not threading.main_thread():
+    _state.rank = rank
+    if _state.installed or threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
     signal.signal(signal.SIGINT, _on_sigint)
-    _installed = True
+    _state.installed = True
     # Python joins the program's threads there when the main thread ended:
     # the process is exiting already.
     exiting = getattr(threading, "_shutdown", None)
     if exiting is not None and hasattr(exiting, "__code__"):
-        _quiet_codes.add(exiting.__code__)
+        _state.quiet_codes.add(exiting.__code__)
     _start_watcher()
 
 
 def quiet_during(function):
     """While `function` runs, a SIGINT is recorded instead of raised."""
-    _quiet_codes.add(function.__code__)
+    _state.quiet_codes.add(function.__code__)
     return function
 
 
 def _on_sigint(signum, frame):
-    global _sigint_taken, _taken_while_reporting
-    _sigint_taken += 1
+    _state.taken += 1
     probe = frame
     while probe is not None:
-        if probe.f_code in _quiet_codes:
-            _taken_while_reporting = True
+        if probe.f_code in _state.quiet_codes:
+            _state.taken_while_reporting = True
             return
         probe = probe.f_back
     raise KeyboardInterrupt
@@ -102,7 +112,6 @@ def _forget_wakeup_fd():
 
 
 def _watch(receiver, sender):
-    global _sigint_seen
     while True:
         try:
             data = receiver.recv(64)
@@ -112,18 +121,18 @@ def _watch(receiver, sender):
             return
         arrived = data.count(signal.SIGINT)
         if arrived and signal.getsignal(signal.SIGINT) is _on_sigint:
-            _sigint_seen += arrived
+            _state.seen += arrived
             _end_if_blocked_in_hora()
 
 
 def _end_if_blocked_in_hora():
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
-        if _sigint_taken >= _sigint_seen:
+        if _state.taken >= _state.seen:
             return   # the main thread took it: KeyboardInterrupt runs its course
         time.sleep(0.02)
     frame = sys._current_frames().get(threading.main_thread().ident)
-    if _sigint_taken >= _sigint_seen or frame is None or not _in_hora(frame):
+    if _state.taken >= _state.seen or frame is None or not _in_hora(frame):
         return
     hora_call, caller = _split_at_caller(frame)
     _print_line(f"{_stopped_at(caller)}, waiting in hora's {hora_call}")
@@ -148,7 +157,7 @@ def _stopped_at(frame, line=None):
     if frame is not None:
         line = frame.f_lineno if line is None else line
         where = f" at {frame.f_code.co_filename}:{line} (in {frame.f_code.co_name})"
-    rank = "" if _rank is None else f" rank {_rank}"
+    rank = "" if _state.rank is None else f" rank {_state.rank}"
     return f"KeyboardInterrupt:{rank} stopped{where}"
 
 
@@ -169,7 +178,7 @@ def report_uncaught(kind, value, traceback):
     """Prints the one line for an uncaught KeyboardInterrupt, or for another
     exception during whose report a SIGINT arrived; True if it did."""
     interrupted = issubclass(kind, KeyboardInterrupt)
-    if not interrupted and not _taken_while_reporting:
+    if not interrupted and not _state.taken_while_reporting:
         return False
     frame, line = None, None   # the innermost frame outside hora, else the outermost
     while traceback is not None:

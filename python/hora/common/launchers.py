@@ -16,9 +16,12 @@ Variables that are present but inconsistent raise ``ValueError`` naming them:
 a job never silently falls apart into jobs of size 1.
 """
 
-import os
+import dataclasses
 import secrets
 import socket
+
+from hora.common.session import session
+from hora.runner.rendezvous import RendezvousServer
 
 # What horarun (or a parent hora job's elastic driver) sets: when present,
 # hora's own variables rule.
@@ -26,12 +29,6 @@ HORA_VARIABLES = ("HORA_RANK", "HOROVOD_RANK", "HORA_RENDEZVOUS_ADDR", "HOROVOD_
 # An MPI launcher started the process: the core bootstraps through MPI.
 MPI_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK")
 TORCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-# The rendezvous server rank 0 runs for the job, and torch's store (which
-# rank 0 may be serving for the others), kept for the process's life.
-_served = None
-_torch_store_kept = None
-
 
 def _integer(environ, name, default=None):
     value = environ.get(name)
@@ -135,46 +132,45 @@ def _torch_store(environ, rank, master_addr, master_port, timeout):
                     multi_tenant=True)
 
 
-def adopt(environ=None):
-    """Sets the variables hora's core reads (HORA_RANK ..., HORA_RENDEZVOUS_*,
-    HORA_SECRET) for a job of torchrun or of srun with MASTER_ADDR and
-    MASTER_PORT, after rank 0 has started the job's rendezvous server and
-    published it. Does nothing for any other job. Raises ValueError for
-    inconsistent variables."""
-    global _served, _torch_store_kept
-    environ = os.environ if environ is None else environ
+def adopt(config):
+    """``config`` (a hora.common.config.Config) with the coordinates, the
+    rendezvous server and the secret of a job of torchrun or of srun with
+    MASTER_ADDR and MASTER_PORT, after rank 0 has started the job's
+    rendezvous server and published it; ``config`` itself for any other job.
+    Raises ValueError for inconsistent variables. A later init of the same
+    process joins the same job again (its server and secret are kept)."""
+    if session.launcher_settings is not None:
+        return dataclasses.replace(config, **session.launcher_settings)
+    environ = config.launcher_environment
     found = coordinates(environ)
     if found is None:
-        return
+        return config
     launcher, rank, size, local_rank, local_size, cross_rank, cross_size, master_addr, master_port = found
-    variables = {"HORA_RANK": rank, "HORA_SIZE": size, "HORA_LOCAL_RANK": local_rank,
-                 "HORA_LOCAL_SIZE": local_size, "HORA_CROSS_RANK": cross_rank,
-                 "HORA_CROSS_SIZE": cross_size}
+    settings = {"rank": rank, "size": size, "local_rank": local_rank, "local_size": local_size,
+                "cross_rank": cross_rank, "cross_size": cross_size}
     if size > 1:
-        timeout = float(environ.get("HORA_START_TIMEOUT", environ.get("HOROVOD_START_TIMEOUT", "120")))
-        store = _torch_store_kept = _torch_store(environ, rank, master_addr, master_port, timeout)
+        timeout = config.start_timeout
+        store = session.torch_store = _torch_store(environ, rank, master_addr, master_port, timeout)
         # torchrun makes a new store for each restart of the workers, so the
         # run (or Slurm step) names the key.
         key = (f"hora/{environ.get('TORCHELASTIC_RUN_ID', environ.get('SLURM_JOB_ID', 'job'))}/"
                f"{environ.get('SLURM_STEP_ID', '0')}/rendezvous")
         one_host = cross_size == 1
         if rank == 0:
-            from hora.runner.rendezvous import RendezvousServer
-
             secret = secrets.token_hex(16)
-            _served = RendezvousServer("127.0.0.1" if one_host else "0.0.0.0", 0, secret).start()
+            served = session.launcher_server = RendezvousServer("127.0.0.1" if one_host else "0.0.0.0", 0,
+                                                                secret).start()
             address = "127.0.0.1" if one_host else master_addr
-            store.set(key, f"{address}\n{_served.port}\n{secret}")
+            store.set(key, f"{address}\n{served.port}\n{secret}")
         try:
             address, port, secret = store.get(key).decode().split("\n")
         except Exception as error:
             raise ValueError(f"{launcher}: rank 0 did not publish hora's rendezvous in torch's store at "
                              f"{master_addr}:{master_port} within {timeout} s: {error}") from None
-        variables.update({"HORA_RENDEZVOUS_ADDR": address, "HORA_RENDEZVOUS_PORT": port,
-                          "HORA_SECRET": secret})
+        settings.update({"rendezvous_addr": address, "rendezvous_port": int(port), "secret": secret})
         if not one_host and "HORA_HOSTNAME" not in environ:
             # Where this rank's transports listen: an address the other
             # hosts reach.
-            variables["HORA_HOSTNAME"] = socket.gethostname()
-    for name, value in variables.items():
-        environ[name] = str(value)
+            settings["hostname"] = socket.gethostname()
+    session.launcher_settings = settings
+    return dataclasses.replace(config, **settings)

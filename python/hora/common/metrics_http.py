@@ -13,22 +13,22 @@ lock and never waits for an op.
 """
 
 import http.server
-import os
 import socket
 import sys
 import threading
 
 from hora import _core
 from hora.common import telemetry
+from hora.common.config import DEFAULT_METRICS_ADDRESS as DEFAULT_ADDRESS
+from hora.common.config import LAST_PORT
+from hora.common.config import METRICS_ADDRESS_VARIABLE as ADDRESS_VARIABLE
+from hora.common.config import METRICS_PORT_VARIABLE as PORT_VARIABLE
+from hora.common.session import session
 
-PORT_VARIABLE = "HORA_METRICS_PORT"
-ADDRESS_VARIABLE = "HORA_METRICS_ADDR"
-DEFAULT_ADDRESS = "127.0.0.1"
 # How long a connection may take to send its request, and how long
 # stop() waits for the serving thread.
 REQUEST_SECONDS = 5.0
 STOP_SECONDS = 1.0
-LAST_PORT = 65535
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # (metric, type, help, key in the metrics dict). Families by op kind and
@@ -55,29 +55,6 @@ _BY_KEY_FAMILIES = (
     ("hora_slowest_member_total", "Coordinator only: ops whose last submission came from this member "
      "(global rank).", "slowest_member", "member"),
 )
-
-
-def port_from_environment():
-    """The base port HORA_METRICS_PORT asks for, or None when it is unset or
-    empty. ValueError naming the variable for anything but a port number."""
-    text = os.environ.get(PORT_VARIABLE, "").strip()
-    if not text:
-        return None
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= LAST_PORT:
-        raise ValueError(f"{PORT_VARIABLE} must be a port number from 1 to {LAST_PORT} "
-                         f"(each rank serves on it plus its local rank), got {text!r}")
-    return port
-
-
-def address_from_environment():
-    """The address HORA_METRICS_ADDR asks the ranks to listen on; the
-    loopback address when it is unset or empty (0.0.0.0 serves every
-    interface, for a scraper on another host)."""
-    return os.environ.get(ADDRESS_VARIABLE, "").strip() or DEFAULT_ADDRESS
 
 
 def ranks_label(ranks):
@@ -194,9 +171,6 @@ class MetricsServer:
         self._thread.join(STOP_SECONDS)
 
 
-_server = None
-
-
 def _warn(text):
     sys.stderr.write(f"hora: WARNING: {text}\n")
     sys.stderr.flush()
@@ -207,7 +181,6 @@ def start(base_port, local_rank, address=DEFAULT_ADDRESS):
     local_rank``; a port that is out of range or taken, or an address this
     host cannot listen on, gives a warning, not an error: the job runs on
     without this rank's endpoint."""
-    global _server
     stop()
     if base_port is None:
         return
@@ -217,7 +190,7 @@ def start(base_port, local_rank, address=DEFAULT_ADDRESS):
               f"past {LAST_PORT}; this rank serves none")
         return
     try:
-        _server = MetricsServer(port, address)
+        session.metrics_server = MetricsServer(port, address)
     except OSError as error:
         where = f"port {port}" if address == DEFAULT_ADDRESS else f"{ADDRESS_VARIABLE}={address} port {port}"
         _warn(f"{PORT_VARIABLE}={base_port}: cannot serve this rank's metrics on {where} "
@@ -226,17 +199,18 @@ def start(base_port, local_rank, address=DEFAULT_ADDRESS):
 
 def stop():
     """Stops the server if one runs. Idempotent."""
-    global _server
-    server, _server = _server, None
+    server, session.metrics_server = session.metrics_server, None
     if server is not None:
         server.stop()
 
 
 def serving_port():
     """The port this rank serves its metrics on, or None."""
-    return _server.port if _server is not None else None
+    server = session.metrics_server
+    return server.port if server is not None else None
 
 
 def serving_address():
     """The address this rank listens on for its metrics, or None."""
-    return _server.address if _server is not None else None
+    server = session.metrics_server
+    return server.address if server is not None else None

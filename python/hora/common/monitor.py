@@ -5,20 +5,19 @@ horarun --monitor gives every rank HORA_MONITOR_INTERVAL; init() then
 starts a MetricsPublisher, and shutdown() stops it after one last report.
 The store is the one the core reaches, at the address, port and secret
 horarun gives every rank (HORA_RENDEZVOUS_ADDR / HOROVOD_GLOO_RENDEZVOUS_ADDR,
-HORA_RENDEZVOUS_PORT / HOROVOD_GLOO_RENDEZVOUS_PORT, HORA_SECRET). These
-launcher variables are read here, beside the core, because only this
-module uses them from Python. Without them nothing starts; a store that
+HORA_RENDEZVOUS_PORT / HOROVOD_GLOO_RENDEZVOUS_PORT, HORA_SECRET), as
+init()'s Config holds them. Without them nothing starts; a store that
 cannot be reached, or goes away, ends the publishing with one warning: the
 monitor observes the job and never fails it.
 """
 
 import json
-import os
 import sys
 import threading
 import time
 
 from hora.common import telemetry
+from hora.common.session import session
 from hora.runner import monitor as job_monitor
 from hora.runner.rendezvous import RendezvousClient, RendezvousError
 
@@ -79,22 +78,11 @@ class MetricsPublisher:
                 _warn(f"rank {self._rank} stops publishing its counters: {error}")
 
 
-_publisher = None
-
-
-def _variable(*names):
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return ""
-
-
-def start(rank):
-    """Starts publishing for rank `rank` if horarun asked for it."""
-    global _publisher
-    text = _variable(job_monitor.INTERVAL_VARIABLE)
-    if not text or _publisher is not None:
+def start(rank, config):
+    """Starts publishing for rank `rank` if horarun asked for it (in
+    `config`, init()'s Config)."""
+    text = config.monitor_interval
+    if not text or session.monitor_publisher is not None:
         return
     try:
         interval = float(text)
@@ -103,22 +91,19 @@ def start(rank):
     if not 0 < interval < float("inf"):
         _warn(f"{job_monitor.INTERVAL_VARIABLE}={text!r} is not a positive number of seconds; not publishing")
         return
-    address = _variable("HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR")
-    port = _variable("HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT")
-    secret = _variable("HORA_SECRET")
-    if not (address and port and secret):
+    if config.store_address() is None:
         return
+    address, port, secret = config.store_address()
     try:
         client = RendezvousClient(address, port, secret, connect_timeout=CONNECT_TIMEOUT_SECONDS)
     except (OSError, ValueError, RendezvousError) as error:
         _warn(f"rank {rank} cannot reach the job's store to publish its counters: {error}")
         return
-    _publisher = MetricsPublisher(client, rank, interval).start()
+    session.monitor_publisher = MetricsPublisher(client, rank, interval).start()
 
 
 def stop():
     """Makes the last report and stops publishing (nothing if not started)."""
-    global _publisher
-    publisher, _publisher = _publisher, None
+    publisher, session.monitor_publisher = session.monitor_publisher, None
     if publisher is not None:
         publisher.stop()

@@ -6,7 +6,7 @@ core as Fortran handles (``comm.py2f()``), which every MPI implementation
 converts back (``MPI_Comm_f2c``).
 """
 
-_world = None  # what init(comm=...) got: None, an mpi4py communicator or a list of ranks
+from hora.common.session import session
 
 
 def is_communicator(obj):
@@ -43,25 +43,23 @@ def world_arguments(comm):
 
 def on_init(comm):
     """Remembers what the job's world is, for ProcessSet(comm)."""
-    global _world
-    _world = comm
+    session.mpi_world = comm
 
 
 def on_shutdown():
-    global _world
-    _world = None
+    session.mpi_world = None
 
 
 def _world_group():
     """The group of the job's world (local: no communication)."""
-    MPI = _mpi()
-    if is_communicator(_world):
-        return _world.Get_group()
+    MPI, world = _mpi(), session.mpi_world
+    if is_communicator(world):
+        return world.Get_group()
     group = MPI.COMM_WORLD.Get_group()
-    if _world is None:
+    if world is None:
         return group
     try:
-        return group.Incl(sorted(_world))
+        return group.Incl(sorted(world))
     finally:
         group.Free()
 
@@ -78,10 +76,10 @@ def world_size():
 def _world_communicator():
     """The job's world as a communicator. Collective over the world when
     init(comm=[ranks]) was given, so only init calls it."""
-    MPI = _mpi()
-    if is_communicator(_world):
-        return _world
-    if _world is None:
+    MPI, world = _mpi(), session.mpi_world
+    if is_communicator(world):
+        return world
+    if world is None:
         return MPI.COMM_WORLD
     group = _world_group()
     try:

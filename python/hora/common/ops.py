@@ -12,32 +12,14 @@ forms only submit the op and return a handle; nothing waits for other
 members before ``synchronize``.
 """
 
-import numbers
-import operator
-
 from hora import _core
 from hora.common import core_types as _types
 from hora.common import process_sets as _process_sets
 from hora.common.core_types import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from hora.common.handles import GroupHandle, Handle, poll, release_finished_orphans, synchronize  # noqa: F401
+from hora.common.handles import GroupHandle, Handle, poll, synchronize  # noqa: F401
 from hora.common.process_sets import global_process_set
+from hora.common.submission import checked_arguments, enqueue, integer
 from hora.errors import UnsupportedOperationError
-
-
-def _integer(value, what):
-    """``value`` as an int; ValueError for anything that is not an integer."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{what} must be an integer, got {value!r}") from None
-
-
-def _number(value, what):
-    if type(value) is float:  # the common case, without the slower ABC check below
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{what} must be a real number, got {value!r}")
-    return float(value)
 
 
 def _names(name, count):
@@ -69,7 +51,7 @@ def split_list(splits):
     values = list(splits)
     if any(hasattr(s, "__len__") for s in values):
         raise ValueError("splits must be a 1-D sequence of integers, got a nested sequence")
-    return [_integer(s, "each entry of splits") for s in values]
+    return [integer(s, "each entry of splits") for s in values]
 
 
 def _compressed(compression, tensors, run):
@@ -90,27 +72,17 @@ def reducescatter_rows(rows, set_size, set_rank):
 
 def submit(op, source, output, name, process_set, finish, reduce_op=Sum, root=0, prescale=1.0, postscale=1.0,
            splits=(), caller_waits=False):
-    """Hands one op to the core and returns its handle. ``source`` and
-    ``output`` are buffers the core reads and writes (output None: the core
-    allocates it); ``finish(work)`` makes the result once it is done.
-    ``caller_waits``: the caller synchronizes at once, so the op may run on
-    this thread before the handle is returned (no hand-off to the set's
-    engine thread)."""
-    if name is not None and not isinstance(name, str):
-        raise ValueError(f"name must be a string or None, got {type(name).__name__}")
-    root = _integer(root, "root_rank")
-    prescale = _number(prescale, "prescale_factor")
-    postscale = _number(postscale, "postscale_factor")
+    """Hands one op on ``process_set`` to the core and returns its handle
+    (hora.common.submission.enqueue says what the arguments are)."""
+    name, root, prescale, postscale = checked_arguments(name, root, prescale, postscale)
     set_id = _process_sets.resolve(process_set)
-    release_finished_orphans()
-    work = _core.enqueue(set_id, op, name or "", source, output, _types.core_reduce_op(reduce_op), root,
-                         prescale, postscale, list(splits), caller_waits)
-    return Handle(work, (source, output), finish)
+    return enqueue(op, source, output, name, set_id, finish, reduce_op, root, prescale, postscale, splits,
+                   caller_waits)
 
 
 def barrier(process_set=global_process_set):
     """Returns once every member of the set has called it."""
-    synchronize(submit(_types.BARRIER, bytearray(), None, None, process_set, lambda work: None, caller_waits=True))
+    _process_sets.barrier(process_set)
 
 
 def join(device=-1, process_set=global_process_set):

@@ -6,11 +6,14 @@ registered with the core on first use by a member (or eagerly with
 """
 
 import operator
-import weakref
 
 from hora import _core
 from hora.common import adapters as _adapters
+from hora.common import core_types as _types
 from hora.common import mpi as _mpi
+from hora.common.handles import synchronize
+from hora.common.session import session
+from hora.common.submission import enqueue
 
 
 class ProcessSet:
@@ -64,7 +67,7 @@ class ProcessSet:
         if self._non_member_id is None:
             ranks, generation = self._non_member_key
             self._non_member_id = _core.process_set_id(ranks, generation)
-            _by_id.setdefault(self._non_member_id, self)
+            session.sets_by_id.setdefault(self._non_member_id, self)
         return self._non_member_id
 
     @process_set_id.setter
@@ -102,9 +105,8 @@ class ProcessSet:
         return _adapters.collectives_for(tensor).reducescatter(tensor, *args, process_set=self, **kwargs)
 
     def barrier(self):
-        from hora.common import ops  # ops builds on this module
-
-        return ops.barrier(process_set=self)
+        """Returns once every member of the set has called it."""
+        barrier(self)
 
 
 def validated_ranks(ranks_or_comm):
@@ -155,14 +157,12 @@ global_process_set._removed_id = None
 global_process_set.ranks = []
 global_process_set.process_set_id = 0
 
-_by_id = {0: global_process_set}
+session.forget_sets(global_process_set)
 
-
-# The sets init() and add_process_set made on this rank, members' and
-# non-members' alike, by their ranks: as on Horovod, no second set with the
-# same ranks may be added while one exists (sets first used without being
-# added are not counted: only their members know of them).
-_added = {}
+# session.added_sets: the sets init() and add_process_set made on this rank,
+# members' and non-members' alike, by their ranks: as on Horovod, no second
+# set with the same ranks may be added while one exists (sets first used
+# without being added are not counted: only their members know of them).
 
 
 def check_initial_sets(rank_lists, world_size=None):
@@ -190,7 +190,7 @@ def adopt_existing_sets(sets):
         _resolve_communicator(ps)
     check_initial_sets([ps.ranks for ps in sets], _core.size())
     for index, ps in enumerate(sets):
-        existing = _added.get(tuple(ps.ranks))
+        existing = session.added_sets.get(tuple(ps.ranks))
         if existing is None:
             raise ValueError(f"init(process_sets=...): hora is already initialized and has no process set "
                              f"{ps.ranks} (entry number {index}); add it with add_process_set")
@@ -202,15 +202,15 @@ def _check_not_added(ranks):
     if ranks == global_process_set.ranks:
         raise ValueError(f"Attempted to add a duplicate process set: {ranks} are all ranks of the job, the "
                          "global process set (hvd.global_process_set)")
-    existing = _added.get(tuple(ranks))
+    existing = session.added_sets.get(tuple(ranks))
     if existing is not None:
         raise ValueError(f"Attempted to add a duplicate process set: {existing} exists with the ranks "
                          f"{ranks}; remove it first or keep using it")
 
 
 def _forget(ps):
-    if isinstance(ps, ProcessSet) and ps.ranks is not None and _added.get(tuple(ps.ranks)) is ps:
-        del _added[tuple(ps.ranks)]
+    if isinstance(ps, ProcessSet) and ps.ranks is not None and session.added_sets.get(tuple(ps.ranks)) is ps:
+        del session.added_sets[tuple(ps.ranks)]
 
 
 def _on_init(initial_sets, ids, world_comm=None):
@@ -220,33 +220,26 @@ def _on_init(initial_sets, ids, world_comm=None):
     for ps, set_id in zip(initial_sets, ids):
         ps.process_set_id = set_id
         ps._removed_id = None
-        _by_id.setdefault(set_id, ps)
+        session.sets_by_id.setdefault(set_id, ps)
     # Initial sets that this rank did not pass (another part of a Split).
     for set_id in _core.process_set_ids():
-        if set_id not in _by_id:
+        if set_id not in session.sets_by_id:
             ps = ProcessSet(_core.process_set(set_id)[1])
             ps.process_set_id = set_id
-            _by_id[set_id] = ps
-    for set_id, ps in _by_id.items():
+            session.sets_by_id[set_id] = ps
+    for set_id, ps in session.sets_by_id.items():
         if set_id != 0:
-            _added.setdefault(tuple(ps.ranks), ps)
+            session.added_sets.setdefault(tuple(ps.ranks), ps)
 
 
 def _on_shutdown():
-    for pid, ps in list(_by_id.items()):
+    for pid, ps in list(session.sets_by_id.items()):
         if pid != 0:
             ps.process_set_id = None
-    for ps in list(_awaiting_id):
+    for ps in list(session.sets_awaiting_id):
         ps.process_set_id = None
-    _awaiting_id.clear()
-    _added.clear()
-    _by_id.clear()
-    _by_id[0] = global_process_set
+    session.forget_sets(global_process_set)
     global_process_set.mpi_comm = None
-
-
-# Sets this rank added without being a member (their ids are read lazily).
-_awaiting_id = weakref.WeakSet()
 
 
 def _register(ps, first_use=False):
@@ -257,11 +250,11 @@ def _register(ps, first_use=False):
     ps._removed_id = None
     if set_id >= 0:
         ps.process_set_id = set_id
-        _by_id[set_id] = ps
+        session.sets_by_id[set_id] = ps
     else:
         ps.process_set_id = None
         ps._non_member_key = (list(ps.ranks), generation)
-        _awaiting_id.add(ps)
+        session.sets_awaiting_id.add(ps)
     return ps
 
 
@@ -314,7 +307,7 @@ def add_process_set(process_set):
     check_in_job(process_set.ranks, _core.size(), str(process_set))
     _check_not_added(process_set.ranks)
     _register(process_set)
-    _added[tuple(process_set.ranks)] = process_set
+    session.added_sets[tuple(process_set.ranks)] = process_set
     return process_set
 
 
@@ -328,7 +321,7 @@ def remove_process_set(process_set):
     """
     if isinstance(process_set, ProcessSet):
         if _is_non_members_set(process_set):
-            _by_id.pop(process_set._non_member_id, None)
+            session.sets_by_id.pop(process_set._non_member_id, None)
             _forget(process_set)
             process_set.invalidate()
             return True
@@ -343,11 +336,11 @@ def remove_process_set(process_set):
                              f"{type(process_set).__name__}") from None
     if set_id is None or set_id == 0:
         return False
-    known = _by_id.get(set_id)
+    known = session.sets_by_id.get(set_id)
     if known is not None and _is_non_members_set(known):
         return remove_process_set(known)
     removed = _core.remove_process_set(set_id)
-    ps = _by_id.pop(set_id, None)
+    ps = session.sets_by_id.pop(set_id, None)
     for obj in (ps, process_set):
         if isinstance(obj, ProcessSet):
             _forget(obj)
@@ -361,17 +354,24 @@ def comm_process_set_id(comm):
     ranks = _mpi.communicator_ranks(comm)
     if ranks == global_process_set.ranks:
         return 0
-    for set_id, ps in sorted(_by_id.items()):
+    for set_id, ps in sorted(session.sets_by_id.items()):
         if ps.ranks == ranks:
             return set_id
     raise ValueError(f"no registered process set has the ranks {ranks} of this communicator")
 
 
 def process_set_by_id(process_set_id):
-    if process_set_id not in _by_id:
+    if process_set_id not in session.sets_by_id:
         raise ValueError(f"No known process set with id {process_set_id}")
-    return _by_id[process_set_id]
+    return session.sets_by_id[process_set_id]
 
 
 def process_sets():
-    return [_by_id[i] for i in sorted(_by_id)]
+    return [session.sets_by_id[i] for i in sorted(session.sets_by_id)]
+
+
+def barrier(process_set=None):
+    """Returns once every member of ``process_set`` (None: the global set)
+    has called it."""
+    set_id = resolve(process_set)
+    synchronize(enqueue(_types.BARRIER, bytearray(), None, None, set_id, lambda work: None, caller_waits=True))

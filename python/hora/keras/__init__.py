@@ -8,15 +8,4 @@ if _keras.backend.backend() != "tensorflow":
                       f"{_keras.backend.backend()!r} (set KERAS_BACKEND=tensorflow)")
 
 from hora.tensorflow.keras import *  # noqa: E402,F401,F403
-from hora.tensorflow.keras import (  # noqa: E402,F401
-    DistributedOptimizer,
-    PartialDistributedOptimizer,
-    allgather,
-    allreduce,
-    broadcast,
-    broadcast_global_variables,
-    callbacks,
-    elastic,
-    load_model,
-    reducescatter,
-)
+from hora.tensorflow.keras import __all__  # noqa: E402,F401

@@ -15,49 +15,13 @@ See docs/frameworks.md.
 """
 
 from hora.common import adapters as _adapters
-from hora.common.basics import (  # noqa: F401
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
+from hora.common import api as _api
+from hora.common.api import *  # noqa: F401,F403
 from hora.common.ops import barrier, join  # noqa: F401
-from hora.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    process_set_by_id,
-    process_sets,
-    remove_process_set,
-)
-from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401
-from hora.errors import HorovodInternalError  # noqa: F401
 from hora.mxnet import mpi_ops as _mpi_ops
 from hora.mxnet.compression import Compression  # noqa: F401
 from hora.mxnet.functions import allgather_object, broadcast_object, broadcast_parameters  # noqa: F401
 from hora.mxnet.mpi_ops import (  # noqa: F401
-    Adasum,
-    Average,
-    Max,
-    Min,
-    Product,
-    Sum,
     allgather,
     allreduce,
     allreduce_,
@@ -72,15 +36,11 @@ from hora.mxnet.mpi_ops import (  # noqa: F401
 )
 from hora.mxnet.training import DistributedOptimizer, DistributedTrainer  # noqa: F401
 
-__all__ = [
-    "Adasum", "Average", "Compression", "DistributedOptimizer", "DistributedTrainer", "HorovodInternalError", "Max",
-    "Min", "ProcessSet", "Product", "Sum", "add_process_set", "allgather", "allgather_object", "allreduce",
+__all__ = _api.__all__ + [
+    "Compression", "DistributedOptimizer", "DistributedTrainer", "allgather", "allgather_object", "allreduce",
     "allreduce_", "alltoall", "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_parameters",
-    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
-    "gloo_enabled", "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter", "init",
-    "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "metrics", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "nccl_built", "process_set_by_id", "process_sets", "rank", "reducescatter",
-    "remove_process_set", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline",
+    "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter", "join",
+    "reducescatter",
 ]
 
 # ProcessSet.allreduce(ndarray) and friends take NDArrays to hora.mxnet.mpi_ops.

@@ -2,11 +2,9 @@
 ``broadcast_parameters`` (Gluon parameters, including ones whose
 initialization is deferred), ``broadcast_object`` and ``allgather_object``."""
 
-import cloudpickle
 import mxnet as mx
-import numpy as np
 
-from hora.common import basics as _basics
+from hora.common import objects as _objects
 from hora.common.process_sets import global_process_set
 from hora.mxnet import mpi_ops as _mpi_ops
 
@@ -67,24 +65,10 @@ def broadcast_parameters(params, root_rank=0, prefix=None, process_set=global_pr
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled
     with cloudpickle and broadcast over the set."""
-    name = name or type(obj).__name__
-    is_root = _basics.rank() == root_rank
-    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8) if is_root else None
-    length = mx.nd.array([payload.size if is_root else 0], dtype=np.int64)
-    length = int(_mpi_ops.broadcast(length, root_rank, name=f"{name}.sz", process_set=process_set).asscalar())
-    data = mx.nd.array(payload, dtype=np.uint8) if is_root else mx.nd.zeros((length,), dtype=np.uint8)
-    data = _mpi_ops.broadcast(data, root_rank, name=f"{name}.t", process_set=process_set)
-    return obj if is_root else cloudpickle.loads(data.asnumpy().tobytes())
+    return _objects.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every member's ``obj`` (pickled with cloudpickle), in
     set-rank order."""
-    name = name or type(obj).__name__
-    payload = np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8)
-    lengths = _mpi_ops.allgather(mx.nd.array([payload.size], dtype=np.int64), name=f"{name}.sz",
-                                 process_set=process_set).asnumpy().tolist()
-    gathered = _mpi_ops.allgather(mx.nd.array(payload, dtype=np.uint8), name=f"{name}.t",
-                                  process_set=process_set).asnumpy()
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(int)
-    return [cloudpickle.loads(gathered[starts[i]:starts[i + 1]].tobytes()) for i in range(len(lengths))]
+    return _objects.allgather_object(obj, name, process_set)

@@ -13,47 +13,11 @@ for the in-place ``*_`` forms, which write into the array they are given.
 """
 
 from hora.common import adapters as _adapters
-from hora.common.basics import (  # noqa: F401
-    cross_rank,
-    cross_size,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    shutdown,
-    size,
-)
-from hora.common.ops import (  # noqa: F401
-    Adasum,
-    Average,
-    Max,
-    Min,
-    Product,
-    Sum,
-    barrier,
-    join,
-    poll,
-    synchronize,
-)
-from hora.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    add_process_set,
-    comm_process_set_id,
-    global_process_set,
-    process_set_by_id,
-    process_sets,
-    remove_process_set,
-)
-from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401
+from hora.common import api as _api
+from hora.common.api import *  # noqa: F401,F403
+from hora.common.objects import allgather_object, broadcast_object  # noqa: F401
 from hora.common.ops import Collectives as _Collectives
-from hora.errors import HorovodInternalError  # noqa: F401
+from hora.common.ops import barrier, join, poll, synchronize  # noqa: F401
 from hora.numpy.adapter import NumpyAdapter
 
 _collectives = _Collectives(NumpyAdapter())
@@ -80,5 +44,13 @@ reducescatter = _collectives.reducescatter
 reducescatter_async = _collectives.reducescatter_async
 grouped_reducescatter = _collectives.grouped_reducescatter
 grouped_reducescatter_async = _collectives.grouped_reducescatter_async
+
+__all__ = _api.__all__ + [
+    "allgather", "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "broadcast_object", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
+    "grouped_reducescatter_async", "join", "poll", "reducescatter", "reducescatter_async", "synchronize",
+]
 
 _adapters.register(_collectives.adapter, _collectives)

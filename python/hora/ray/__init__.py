@@ -16,11 +16,10 @@ rank. See docs/ray.md.
 """
 
 import dataclasses
-import os
 import secrets
-import socket
 
 from hora.runner import cluster, env
+from hora.ray.worker import Worker
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -310,34 +309,6 @@ class RayExecutor:
         if self._server is not None:
             self._server.stop()
             self._server = None
-
-
-class Worker:
-    """The actor of one rank (Horovod's BaseHorovodWorker)."""
-
-    def __init__(self):
-        self.executable = None
-
-    def location(self):
-        import ray
-
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-
-    def hostname(self):
-        return socket.gethostname()
-
-    def update_env_vars(self, variables):
-        os.environ.update({str(k): str(v) for k, v in variables.items()})
-
-    def env_vars(self):
-        return dict(os.environ)
-
-    def start_executable(self, executable_cls=None, executable_args=(), executable_kwargs=None):
-        if executable_cls is not None:
-            self.executable = executable_cls(*executable_args, **(executable_kwargs or {}))
-
-    def execute(self, fn):
-        return fn(self.executable)
 
 
 def _positive(name, value, allow_zero=False):

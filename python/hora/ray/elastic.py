@@ -24,6 +24,7 @@ import os
 import threading
 import types
 
+from hora.ray.worker import Worker
 from hora.runner import elastic as driver
 
 _KILLED = -9   # the exit status a dead actor counts as (SIGKILL)
@@ -168,8 +169,6 @@ class _ActorPool:
     def start(self, worker_id, host, number, variables):
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from hora.ray import Worker
 
         options = {"num_cpus": self.executor.cpus_per_slot, "num_gpus": self.executor.gpus_per_slot}
         node = self._nodes().get(host)

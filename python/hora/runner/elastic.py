@@ -38,10 +38,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hora.common import elastic as worker_side
 from hora.runner import env as rank_env
+from hora.runner import failures
 from hora.runner import hosts as host_list
 from hora.runner import processes
+from hora.runner import rounds
 from hora.runner.rendezvous import RendezvousServer
 
 DISCOVERY_INTERVAL_VARIABLE = "HORA_ELASTIC_DISCOVERY_INTERVAL"
@@ -173,7 +174,7 @@ class ProcessPool:
     def rendezvous_address(self, host):
         if host_list.is_local(host):
             return "127.0.0.1"
-        return self.job.args.rendezvous_addr or self.job.launch._outward_address(host)
+        return self.job.args.rendezvous_addr or host_list.outward_address(host)
 
     def hostname(self, host):
         return "127.0.0.1" if host_list.is_local(host) else host
@@ -236,15 +237,12 @@ class ElasticJob:
     starts the driver's lines."""
 
     def __init__(self, args, extra_env=None, pool=None, name="horarun"):
-        from hora.runner import launch
-
-        self.launch = launch
         self.args = args
         self.name = name
         self.secret = secrets.token_hex(16)
         self.pool = pool(self) if pool is not None else ProcessPool(self)
         self.error = None
-        self.extra_env = {**launch.job_environment(args), **(extra_env or {})}
+        self.extra_env = {**rank_env.job_environment(args), **(extra_env or {})}
         self.interval = float(os.environ.get(DISCOVERY_INTERVAL_VARIABLE, "1"))
         self.exits = queue.Queue()
         self.workers = {}            # worker id -> _Worker, alive ones
@@ -340,8 +338,8 @@ class ElasticJob:
         assignment = plan_round(survivors, newcomers, {w: self.workers[w].host for w in survivors + newcomers})
         self.round += 1
         self.order, self.pending = survivors + newcomers, []
-        self.server.set_value(worker_side.assignment_key(self.round), json.dumps(assignment))
-        self.server.set_value(worker_side.ROUND_KEY, str(self.round))
+        self.server.set_value(rounds.assignment_key(self.round), json.dumps(assignment))
+        self.server.set_value(rounds.ROUND_KEY, str(self.round))
         if self.args.verbose or self.round > 0:
             listing = ", ".join(f"{w} rank {assignment[w][0]}" for w in self.order)
             self._say(f"elastic round {self.round}: {len(self.order)} workers ({listing})")
@@ -373,14 +371,14 @@ class ElasticJob:
                 if worker.worker_id in self.finishers:
                     self.status = self.status or code
                 continue
-            what = getattr(worker.process, "failure", None) or self.launch.describe_exit(code)
+            what = getattr(worker.process, "failure", None) or failures.describe_exit(code)
             self.last_failure = f"worker {worker.worker_id} {what}"
             self._say(f"{self.last_failure}; blacklisting host {worker.host}")
             self._blacklist(worker.host)
             changed = True
 
     def _joined(self, worker_id):
-        key = worker_side.joined_key(worker_id).encode()
+        key = rounds.joined_key(worker_id).encode()
         value = self.server.values_of_keys_starting_with(key).get(key)
         return None if value is None else int(value)
 
@@ -422,12 +420,12 @@ class ElasticJob:
             # commit: as long as a round may take to form.
             "HORA_START_TIMEOUT": str(max(self.args.start_timeout, self.args.elastic_timeout)),
             "HORA_HOSTNAME": self.pool.hostname(host),
-            worker_side.ENVIRONMENT_FLAG: "1",
-            worker_side.WORKER_VARIABLE: worker_id,
+            rounds.ENVIRONMENT_FLAG: "1",
+            rounds.WORKER_VARIABLE: worker_id,
             # Workers wait for a round a little longer than the driver waits
             # for workers: when no round can form, the driver stops the job
             # and says why, rather than each worker timing out on its own.
-            worker_side.TIMEOUT_VARIABLE: str(self.args.elastic_timeout + WORKER_TIMEOUT_MARGIN),
+            rounds.TIMEOUT_VARIABLE: str(self.args.elastic_timeout + WORKER_TIMEOUT_MARGIN),
         }
         if "OMP_NUM_THREADS" not in os.environ:
             variables["OMP_NUM_THREADS"] = "1"

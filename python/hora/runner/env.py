@@ -11,6 +11,8 @@ import os
 import re
 import shlex
 
+from hora.runner import monitor as job_monitor
+
 # Variables of the launching environment that remote ranks also get, besides
 # every HORA_* and HOROVOD_* variable (configuration such as
 # HOROVOD_FUSION_THRESHOLD).
@@ -126,3 +128,21 @@ def remote_script(cwd, env, command):
         "kill $watcher 2>/dev/null\n"
         "exit $status\n"
     )
+
+
+def job_environment(args):
+    """The variables horarun's options set for every rank: the timeline's
+    (a relative path made absolute here, where horarun runs), the
+    monitor's publishing interval and the network interfaces."""
+    variables = {}
+    if args.timeline_filename:
+        path = os.path.abspath(args.timeline_filename)
+        # Both names, so that the flag wins over either variable in horarun's environment.
+        variables.update(HORA_TIMELINE=path, HOROVOD_TIMELINE=path)
+    if args.timeline_mark_cycles:
+        variables.update(HORA_TIMELINE_MARK_CYCLES="1", HOROVOD_TIMELINE_MARK_CYCLES="1")
+    if args.monitor is not None:
+        variables[job_monitor.INTERVAL_VARIABLE] = f"{args.monitor:g}"
+    if getattr(args, "network_interfaces", None):
+        variables["HORA_NETWORK_INTERFACES"] = args.network_interfaces
+    return variables

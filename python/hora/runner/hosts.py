@@ -138,3 +138,13 @@ def place_ranks(hosts, num_ranks):
                 local_rank=local_rank, local_size=local_size,
                 cross_rank=cross.index(host_index), cross_size=len(cross)))
     return placements
+
+
+def outward_address(remote_host):
+    """This machine's address on the route to `remote_host` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((remote_host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()

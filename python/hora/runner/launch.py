@@ -31,12 +31,12 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from hora.runner import elastic
 from hora.runner import env as rank_env
 from hora.runner import failures
 from hora.runner import hosts as host_list
@@ -44,6 +44,7 @@ from hora.runner import monitor as job_monitor
 from hora.runner import mpi_run
 from hora.runner import shm_leftovers
 from hora.runner import usage
+from hora.runner.env import job_environment
 from hora.runner.processes import RankProcess, Watchdog, print_own_lines, rank_output_dir, remote_command
 from hora.runner.rendezvous import RendezvousServer
 
@@ -264,34 +265,6 @@ def _start_timeout_from_environment(parser):
     return DEFAULT_START_TIMEOUT
 
 
-def job_environment(args):
-    """The variables horarun's options set for every rank: the timeline's
-    (a relative path made absolute here, where horarun runs), the
-    monitor's publishing interval and the network interfaces."""
-    variables = {}
-    if args.timeline_filename:
-        path = os.path.abspath(args.timeline_filename)
-        # Both names, so that the flag wins over either variable in horarun's environment.
-        variables.update(HORA_TIMELINE=path, HOROVOD_TIMELINE=path)
-    if args.timeline_mark_cycles:
-        variables.update(HORA_TIMELINE_MARK_CYCLES="1", HOROVOD_TIMELINE_MARK_CYCLES="1")
-    if args.monitor is not None:
-        variables[job_monitor.INTERVAL_VARIABLE] = f"{args.monitor:g}"
-    if getattr(args, "network_interfaces", None):
-        variables["HORA_NETWORK_INTERFACES"] = args.network_interfaces
-    return variables
-
-
-def _outward_address(remote_host):
-    """This machine's address on the route to `remote_host` (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((remote_host, 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return socket.gethostname()
-
-
 describe_exit = failures.describe_exit
 
 
@@ -301,7 +274,7 @@ def rendezvous_address(args):
     if all(host_list.is_local(p.host) for p in placements):
         return "127.0.0.1", "127.0.0.1"
     first_remote = next(p.host for p in placements if not host_list.is_local(p.host))
-    return "0.0.0.0", args.rendezvous_addr or _outward_address(first_remote)
+    return "0.0.0.0", args.rendezvous_addr or host_list.outward_address(first_remote)
 
 
 class Job:
@@ -470,8 +443,6 @@ class Job:
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.elastic:
-        from hora.runner import elastic
-
         return elastic.main(args)
     if args.mpi:
         return mpi_run.run(args, extra_env=job_environment(args))

@@ -15,10 +15,10 @@ import traceback
 
 import cloudpickle
 
-from hora.common.elastic import ENVIRONMENT_FLAG as ELASTIC_FLAG
-from hora.common.elastic import WORKER_VARIABLE
 from hora.runner import signed
 from hora.runner.rendezvous import BadRequestError, RendezvousClient
+from hora.runner.rounds import ENVIRONMENT_FLAG as ELASTIC_FLAG
+from hora.runner.rounds import WORKER_VARIABLE
 from hora.runner.run_function import ADDR, FUNCTION_KEY, PORT, SECRET, error_key, result_key
 
 # Where a rank's number is, under horarun and under the MPI launchers.

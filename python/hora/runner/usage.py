@@ -4,6 +4,8 @@ command is one horarun knows, wherever it stands."""
 
 import importlib.metadata
 
+from hora.runner import horovodrun_flags
+
 # The variables hora reads (src/util/env.cc), for the --help text and
 # docs/launcher.md: (HORA_ name, Horovod's name or None, meaning, default).
 # horarun itself sets each rank's coordinates and rendezvous variables.
@@ -41,8 +43,8 @@ ENVIRONMENT = [
     ("HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "network interfaces, comma-separated, in order of "
      "preference: a rank listens on the address of the first its host has (horarun --network-interfaces "
      "sets it)", "the address horarun gives the rank"),
-    ("HORA_ELASTIC_ROUND", None, "the elastic driver's rendezvous round a worker joins (set by hora.elastic "
-     "in elastic jobs, docs/elastic.md)", "none"),
+    ("HORA_ELASTIC_ROUND", None, "the elastic driver's rendezvous round a worker joins (an elastic worker's "
+     "init() gives the core the round it joined; docs/elastic.md)", "none"),
     ("HORA_HOST_IDENTITY", None, "added to this host's identity: ranks with different values do not share "
      "memory (tests simulate several hosts on one)", "empty"),
 ]
@@ -154,19 +156,17 @@ RANK_COUNT_OPTIONS = ("-n", "--n", "--np", "--nproc_per_node", "--nproc-per-node
 def unknown_option_message(option):
     """The error for an option horarun does not know, with a hint where
     another launcher or horovodrun knows it."""
-    from hora.runner import horovodrun
-
     message = f"unknown option {option}"
     if option in RANK_COUNT_OPTIONS or (option.startswith("-n") and option[2:].isdigit()):
         return f"{message}: did you mean -np? (horarun -np N: the number of ranks)"
-    action = horovodrun.build_parser()._option_string_actions.get(option)
+    action = horovodrun_flags.build_parser()._option_string_actions.get(option)
     if action is None:
         return message + " (see horarun --help)"
     if hasattr(action, "what"):
         return f"{message}: a horovodrun flag for {action.what}, which hora does not support yet"
     if hasattr(action, "reason"):
         return f"{message}: a horovodrun flag without effect on hora ({action.reason})"
-    variable = horovodrun.ENVIRONMENT.get(action.dest, (None,))[0]
+    variable = horovodrun_flags.ENVIRONMENT.get(action.dest, (None,))[0]
     if variable:
         return (f"{message}: a horovodrun flag; horovodrun takes it, and horarun's ranks read the "
                 f"setting from {variable}")

@@ -27,6 +27,7 @@ from hora.runner import cluster, run_function, signed
 from hora.runner import elastic as driver
 from hora.runner.rendezvous import RendezvousClient, RendezvousServer
 from hora.spark import _task
+from hora.spark._engine import _checked_num_proc, _Engine, _start_timeout
 
 # After the rounds end, how long the Spark job may take to finish its tasks.
 FINISH_SECONDS = 30.0
@@ -50,14 +51,12 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     workers again (default: never). The other arguments mean what they
     mean to hora.spark.run. RuntimeError says why when the job stops.
     """
-    from hora import spark as spark_module
-
-    engine = spark_module._Engine.active(spark)
+    engine = _Engine.active(spark)
     if engine.kind == "Spark Connect":
         raise NotImplementedError("hora.spark.run_elastic needs a SparkContext (its tasks are not a barrier "
                                   "stage, which Spark Connect's DataFrame API cannot run as one long task each)")
     slots = engine.slots()
-    num_proc = spark_module._checked_num_proc(num_proc, slots) if num_proc is not None else slots
+    num_proc = _checked_num_proc(num_proc, slots) if num_proc is not None else slots
     min_num_proc = min_np if min_np is not None else (min_num_proc if min_num_proc is not None else num_proc)
     max_num_proc = max_np if max_np is not None else (max_num_proc if max_num_proc is not None else num_proc)
     if elastic_timeout is None:
@@ -70,7 +69,7 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     options = types.SimpleNamespace(
         min_np=min_num_proc, max_np=max_num_proc, elastic_timeout=elastic_timeout, reset_limit=reset_limit,
         blacklist_cooldown_range=cooldown_range,
-        start_timeout=spark_module._start_timeout(start_timeout), verbose=verbose >= 2, timeline_filename=None,
+        start_timeout=_start_timeout(start_timeout), verbose=verbose >= 2, timeline_filename=None,
         timeline_mark_cycles=False, monitor=None, network_interfaces=",".join(nics) if nics else None)
     payload = cloudpickle.dumps(lambda: fn(*args, **(kwargs or {})))
     pools = []

@@ -18,44 +18,12 @@ See docs/frameworks.md.
 import sys as _sys
 
 from hora.common import adapters as _adapters
-from hora.common.core_types import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from hora.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    process_set_by_id,
-    process_sets,
-    remove_process_set,
-)
-from hora.errors import HorovodInternalError  # noqa: F401
+from hora.common import api as _api
+from hora.common.api import *  # noqa: F401,F403
+from hora.common.api import Adasum, Average, global_process_set
 from hora.tensorflow import errors as _errors
 from hora.tensorflow import util  # noqa: F401
 from hora.tensorflow.adapter import collectives as _collectives
-from hora.tensorflow.basics import (  # noqa: F401
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    metrics,
-    start_timeline,
-    stop_timeline,
-)
 from hora.tensorflow.compression import Compression  # noqa: F401
 from hora.tensorflow.functions import (  # noqa: F401
     allgather_object,
@@ -92,18 +60,12 @@ from hora.tensorflow.reductions import (  # noqa: F401
 from hora.tensorflow.util import _executing_eagerly  # noqa: F401
 from hora.tensorflow import elastic  # noqa: F401,E402  (hvd.elastic)
 
-__all__ = [
-    "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "HorovodInternalError",
-    "Max", "Min", "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "SyncBatchNormalization",
-    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
-    "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables", "ccl_built",
-    "elastic",
-    "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built", "gloo_enabled",
-    "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init", "is_homogeneous", "is_initialized",
-    "join", "local_rank", "local_rank_op", "local_size", "local_size_op", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "nccl_built", "process_set_by_id", "process_set_included_op", "process_sets", "rank",
-    "rank_op", "reducescatter", "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline",
-    "stop_timeline", "metrics",
+__all__ = _api.__all__ + [
+    "Compression", "DistributedGradientTape", "DistributedOptimizer", "PartialDistributedGradientTape",
+    "SyncBatchNormalization", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",
+    "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
+    "elastic", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "join", "local_rank_op",
+    "local_size_op", "process_set_included_op", "rank_op", "reducescatter", "size_op",
 ]
 
 

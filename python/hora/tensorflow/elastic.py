@@ -9,18 +9,11 @@ Both save NumPy copies at ``commit()``, assign them back at ``restore()``
 and broadcast them from the member with the most commits at ``sync()``.
 """
 
-from hora.common.elastic import (  # noqa: F401
-    ElasticProcessSet,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    ObjectState,
-    Parts,
-    State,
-    broadcast_object,
-    current_round,
-    remake_sets,
-    run,
-)
+from hora.common import elastic as _common
+from hora.common.elastic import *  # noqa: F401,F403
+from hora.common.elastic import ObjectState
+
+__all__ = _common.__all__ + ["TensorFlowKerasState", "TensorFlowState"]
 
 
 def _values(variables):

@@ -1,12 +1,11 @@
 """Broadcasting variables, and moving Python objects, over a process set.
 Horovod's functions; each also takes ``process_set=``."""
 
-import cloudpickle
-import numpy as np
 import tensorflow as tf
 
-from hora.common import basics as _basics
+from hora.common import objects as _objects
 from hora.common.process_sets import global_process_set
+from hora.tensorflow import errors as _errors
 from hora.tensorflow import mpi_ops as _mpi_ops
 
 
@@ -32,28 +31,12 @@ def broadcast_global_variables(root_rank, process_set=global_process_set):
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank, process_set=process_set)
 
 
-def _bytes_tensor(obj):
-    return tf.constant(np.frombuffer(cloudpickle.dumps(obj), dtype=np.uint8))
-
-
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled with
     cloudpickle and broadcast over the set. Eager only (``session`` is
     accepted for Horovod compatibility and must be None)."""
     _eager_only("broadcast_object", session)
-    name = name or type(obj).__name__
-    if _basics.rank() == root_rank:
-        payload = _bytes_tensor(obj)
-        length = tf.constant([int(payload.shape[0])], dtype=tf.int64)
-    else:
-        payload, length = None, tf.zeros([1], dtype=tf.int64)
-    length = _mpi_ops.broadcast(length, root_rank, name=f"{name}.sz", process_set=process_set)
-    if payload is None:
-        payload = tf.zeros([int(length.numpy()[0])], dtype=tf.uint8)
-    payload = _mpi_ops.broadcast(payload, root_rank, name=f"{name}.t", process_set=process_set)
-    if _basics.rank() == root_rank:
-        return obj
-    return cloudpickle.loads(payload.numpy().tobytes())
+    return _errors.run_eagerly(_objects.broadcast_object, obj, root_rank, name, process_set)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -69,16 +52,7 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     """The list of every member's ``obj`` (pickled with cloudpickle), in
     set-rank order. Eager only."""
     _eager_only("allgather_object", session)
-    name = name or type(obj).__name__
-    payload = _bytes_tensor(obj)
-    lengths = _mpi_ops.allgather(tf.constant([int(payload.shape[0])], dtype=tf.int64), name=f"{name}.sz",
-                                 process_set=process_set).numpy()
-    gathered = _mpi_ops.allgather(payload, name=f"{name}.t", process_set=process_set).numpy()
-    objects, start = [], 0
-    for length in lengths.tolist():
-        objects.append(cloudpickle.loads(gathered[start:start + length].tobytes()))
-        start += length
-    return objects
+    return _errors.run_eagerly(_objects.allgather_object, obj, name, process_set)
 
 
 def _eager_only(what, session):

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from hora.common import core_types as _types
 from hora.common.core_types import Average
-from hora.common.ops import _integer
+from hora.common.submission import integer as _integer
 from hora.common.process_sets import global_process_set
 from hora.tensorflow import reductions as _reductions
 from hora.tensorflow.compression import Compression

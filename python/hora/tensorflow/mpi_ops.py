@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from hora.common import core_types as _types
 from hora.common import ops as _ops
+from hora.common import submission as _submission
 from hora.common.core_types import Average, Sum
 from hora.common.ops import reducescatter_rows
 from hora.common.process_sets import global_process_set
@@ -185,7 +186,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     """The value of ``tensor`` on ``root_rank`` (a global rank, a member of
     the set). Differentiable."""
     tensor = tensor_of(tensor)
-    root_rank = _ops._integer(root_rank, "root_rank")
+    root_rank = _submission.integer(root_rank, "root_rank")
     ps = _set(process_set)
 
     @tf.custom_gradient
@@ -223,7 +224,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def broadcast_group(tensors, root_rank, name=None, process_set=global_process_set):
     """The root's values of several tensors, submitted together (not differentiable)."""
     tensors = tensor_list_of(tensors, "broadcast")
-    root_rank = _ops._integer(root_rank, "root_rank")
+    root_rank = _submission.integer(root_rank, "root_rank")
     ps = _set(process_set)
 
     group_name = graph_name(name, "BroadcastGroup", tensors)

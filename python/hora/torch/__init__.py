@@ -14,16 +14,8 @@ is never compiled against torch. See docs/torch.md.
 import sys as _sys
 
 from hora.common import adapters as _adapters
-from hora.common.core_types import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from hora.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    process_set_by_id,
-    process_sets,
-    remove_process_set,
-)
-from hora.errors import HorovodInternalError  # noqa: F401
+from hora.common import api as _api
+from hora.common.api import *  # noqa: F401,F403
 from hora.torch.autograd import (  # noqa: F401
     allgather,
     allreduce,
@@ -34,29 +26,6 @@ from hora.torch.autograd import (  # noqa: F401
     grouped_reducescatter,
     reducescatter,
 )
-from hora.torch.basics import (  # noqa: F401
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-)
-from hora.common.telemetry import metrics, start_timeline, stop_timeline  # noqa: F401
 from hora.torch.compression import Compression  # noqa: F401
 from hora.torch.functions import (  # noqa: F401
     allgather_object,
@@ -90,78 +59,14 @@ from hora.torch.optimizer import DistributedOptimizer  # noqa: F401
 from hora.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from hora.torch import elastic  # noqa: F401,E402  (hvd.elastic)
 
-__all__ = [
-    "Adasum",
-    "add_process_set",
-    "allgather",
-    "allgather_async",
-    "allgather_object",
-    "allreduce",
-    "allreduce_",
-    "allreduce_async",
-    "allreduce_async_",
-    "Average",
-    "alltoall",
-    "alltoall_async",
-    "barrier",
-    "broadcast",
-    "broadcast_",
-    "broadcast_async",
-    "broadcast_async_",
-    "broadcast_object",
-    "broadcast_optimizer_state",
-    "broadcast_parameters",
-    "ccl_built",
-    "Compression",
-    "cross_rank",
-    "cross_size",
-    "cuda_built",
-    "ddl_built",
-    "DistributedOptimizer",
-    "elastic",
-    "global_process_set",
-    "gloo_built",
-    "gloo_enabled",
-    "grouped_allgather",
-    "grouped_allgather_async",
-    "grouped_allreduce",
-    "grouped_allreduce_",
-    "grouped_allreduce_async",
-    "grouped_allreduce_async_",
-    "grouped_reducescatter",
-    "grouped_reducescatter_async",
-    "HorovodInternalError",
-    "init",
-    "is_homogeneous",
-    "is_initialized",
-    "join",
-    "local_rank",
-    "local_size",
-    "Max",
-    "Min",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
-    "poll",
-    "process_set_by_id",
-    "process_sets",
-    "Product",
-    "ProcessSet",
-    "rank",
-    "reducescatter",
-    "reducescatter_async",
-    "remove_process_set",
-    "rocm_built",
-    "shutdown",
-    "size",
-    "sparse_allreduce_async",
-    "start_timeline",
-    "stop_timeline",
-    "metrics",
-    "Sum",
-    "SyncBatchNorm",
-    "synchronize",
+__all__ = _api.__all__ + [
+    "allgather", "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "Compression",
+    "DistributedOptimizer", "elastic", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
+    "grouped_reducescatter_async", "join", "poll", "reducescatter", "reducescatter_async",
+    "sparse_allreduce_async", "SyncBatchNorm", "synchronize",
 ]
 
 # ProcessSet.allreduce(tensor) and friends take torch tensors to this module's

@@ -6,19 +6,14 @@ import math
 
 import torch
 
-from hora.common.elastic import (  # noqa: F401
-    ElasticProcessSet,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    ObjectState,
-    Parts,
-    State,
-    broadcast_object,
-    current_round,
-    remake_sets,
-)
+from hora.common import basics as _basics
+from hora.common import elastic as _common
+from hora.common.elastic import *  # noqa: F401,F403
+from hora.common.elastic import ObjectState
 from hora.common.elastic import run as _run
 from hora.torch import functions as _functions
+
+__all__ = _common.__all__ + ["ElasticSampler", "TorchState"]
 
 
 def run(func):
@@ -97,13 +92,10 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.processed_indices.update(indices)
 
     def _members(self):
-        from hora.common import basics
-        from hora.common.elastic import _resolved
-
-        group = _resolved(self.process_set)
+        group = _common._resolved(self.process_set)
         if group.ranks is None:
-            return basics.rank(), basics.size()
-        return group.ranks.index(basics.rank()), len(group.ranks)
+            return _basics.rank(), _basics.size()
+        return group.ranks.index(_basics.rank()), len(group.ranks)
 
     def reset(self):
         """Re-shards what is left of this epoch over the current members."""

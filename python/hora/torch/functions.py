@@ -3,16 +3,13 @@ process set. Horovod's functions; each also takes ``process_set=``."""
 
 import collections
 import functools
-import io
 import operator
 
-import cloudpickle
 import torch
 
-from hora.common import basics as _basics
+from hora.common import objects as _objects
 from hora.common.process_sets import global_process_set
 from hora.torch import mpi_ops as _mpi_ops
-from hora.torch.autograd import allgather
 
 
 def _named_tensors(params):
@@ -116,31 +113,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled
     with cloudpickle (lambdas and locally defined classes travel too) and
     broadcast over the set."""
-    name = name or type(obj).__name__
-    if _basics.rank() == root_rank:
-        payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
-        length = torch.tensor([payload.numel()], dtype=torch.int64)
-    else:
-        length = torch.zeros(1, dtype=torch.int64)
-    _mpi_ops.broadcast_(length, root_rank, f"{name}.sz", process_set)
-    if _basics.rank() != root_rank:
-        payload = torch.empty(int(length[0]), dtype=torch.uint8)
-    _mpi_ops.broadcast_(payload, root_rank, f"{name}.t", process_set)
-    if _basics.rank() == root_rank:
-        return obj
-    return cloudpickle.load(io.BytesIO(payload.numpy().tobytes()))
+    return _objects.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every member's ``obj`` (pickled with cloudpickle),
     in set-rank order."""
-    name = name or type(obj).__name__
-    payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
-    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"{name}.sz",
-                        process_set=process_set)
-    gathered = allgather(payload, name=f"{name}.t", process_set=process_set).numpy()
-    objects, start = [], 0
-    for length in lengths.tolist():
-        objects.append(cloudpickle.loads(gathered[start:start + length].tobytes()))
-        start += length
-    return objects
+    return _objects.allgather_object(obj, name, process_set)

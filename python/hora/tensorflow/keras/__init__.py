@@ -12,41 +12,12 @@ process sets, for Keras 3 (``keras``, which is ``tf.keras`` in TensorFlow
 
 import tensorflow as tf
 
-from hora.common.core_types import Average, Sum  # noqa: F401
-from hora.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
-from hora.errors import HorovodInternalError  # noqa: F401
+from hora.common import api as _api
+from hora.common.api import *  # noqa: F401,F403
+from hora.common.api import Average, global_process_set
 from hora.tensorflow import functions as _functions
 from hora.tensorflow import mpi_ops as _mpi_ops
 from hora.tensorflow import reductions as _reductions
-from hora.tensorflow.basics import (  # noqa: F401
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    metrics,
-    start_timeline,
-    stop_timeline,
-)
 from hora.tensorflow.compression import Compression  # noqa: F401
 from hora.tensorflow.keras import callbacks  # noqa: F401
 from hora.tensorflow.keras import elastic  # noqa: F401
@@ -55,6 +26,11 @@ from hora.tensorflow.keras.optimizer import (  # noqa: F401
     PartialDistributedOptimizer,
     distributed_class,
 )
+
+__all__ = _api.__all__ + [
+    "Compression", "DistributedOptimizer", "PartialDistributedOptimizer", "allgather", "allreduce", "broadcast",
+    "broadcast_global_variables", "callbacks", "elastic", "load_model", "reducescatter",
+]
 
 
 def broadcast_global_variables(root_rank, process_set=global_process_set):

@@ -4,18 +4,12 @@ that keep it current during ``model.fit`` (docs/elastic.md)."""
 
 import tensorflow as tf
 
-from hora.tensorflow.elastic import (  # noqa: F401
-    ElasticProcessSet,
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    ObjectState,
-    Parts,
-    State,
-    TensorFlowKerasState,
-    current_round,
-    remake_sets,
-    run,
-)
+from hora.tensorflow import elastic as _tensorflow
+from hora.tensorflow.elastic import *  # noqa: F401,F403
+from hora.tensorflow.elastic import ObjectState, TensorFlowKerasState
+
+__all__ = _tensorflow.__all__ + ["CommitStateCallback", "KerasState", "UpdateBatchStateCallback",
+                                   "UpdateEpochStateCallback"]
 
 _Callback = tf.keras.callbacks.Callback
 
