@@ -16,7 +16,7 @@
 namespace hora {
 
 // What the progress engine keeps of a submitted op to decide when its name
-// may be used again (ProgressEngine::claim_name): whether a caller saw the op
+// may be used again (Submitter::claim_name): whether a caller saw the op
 // finish, and the engine's submit count when it finished. Shared by the Work
 // and the engine, so it outlives a handle the caller dropped.
 struct WorkRecord {

@@ -1,0 +1,96 @@
+// Agreement: how the members of one process set agree on the order in which
+// they run their ops.
+//
+// Every member runs the same log of entries, in order: a cached op, named by
+// its response-cache slot and agreed without the coordinator where the
+// implementation can, or the coordinator's next response (whose contents
+// travel over the control plane). The coordinator may take a cached op back
+// (divert its slot) when it must negotiate it after all: a member sent a
+// request of the same name that differs, or a member joined.
+//
+// Implementations: NegotiatedAgreement (every op through the coordinator;
+// the log holds only responses, in the order they arrive) and LaneAgreement
+// (members on one host: cached ops agreed in shared memory,
+// transport/shm/fast_lane.h). An agreement across hosts on cached ops
+// without a coordinator round trip (design/cross-host.md) is meant to be a
+// third: it decides slots below rows(), appends them to its log, and keeps
+// the diversion calls.
+//
+// Threads: submit() from caller threads; the log side (entry ... wake_drivers)
+// from whichever thread holds the executor role; response_received() and the
+// coordinator side from the set's engine thread. Nothing blocks except
+// wait_for_entry().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace hora::control {
+
+class Agreement {
+ public:
+  // Which threads of this member wait for log entries (watch()).
+  static constexpr uint32_t kEngine = 1;
+  static constexpr uint32_t kDriver = 2;
+
+  struct Entry {
+    bool response = false;  // the coordinator's next response
+    uint32_t slot = 0;      // else: the cached op in this slot
+  };
+  enum class Outcome {
+    kWaiting,   // recorded; other members have not submitted yet
+    kAppended,  // this submission completed the op and appended it to the log
+    kDiverted,  // the coordinator negotiates this op (it has been told)
+  };
+  // Who has submitted the op in a slot, and how often it completed (stall
+  // reports); a diverted slot reports nobody.
+  struct RowState {
+    std::vector<int> submitted;
+    uint32_t completions = 0;
+  };
+
+  virtual ~Agreement() = default;
+
+  // How many response-cache slots (0, 1, ...) it agrees on without the
+  // coordinator; 0: none, every op is negotiated.
+  virtual size_t rows() const = 0;
+  // Caller threads: this member submits the cached op in `slot` (< rows()).
+  virtual Outcome submit(uint32_t slot) = 0;
+
+  // Executor: the entry at log position `index`, once appended.
+  virtual std::optional<Entry> entry(uint64_t index) const = 0;
+  // This member has run the entries before `next`.
+  virtual void set_consumed(uint64_t next) = 0;
+  // Whether an entry this member has not run is in the log.
+  virtual bool entry_waiting() const = 0;
+  // Sets or clears `who` (kEngine, kDriver) among this member's threads
+  // that want to be woken for new entries.
+  virtual void watch(uint32_t who, bool on) = 0;
+  // A driver waits until the entry at `index` is appended or give_up() is
+  // true, at most about a tenth of a second.
+  virtual void wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const = 0;
+  // Wakes this member's drivers (to look at their give_up()).
+  virtual void wake_drivers() const = 0;
+
+  // Member's engine thread: a response of the coordinator arrived.
+  virtual void response_received() = 0;
+
+  // Coordinator's engine thread. Whether `entries` more responses fit in
+  // the log now; appends one response entry (after the members were sent
+  // its contents).
+  virtual bool has_room(size_t entries) const = 0;
+  virtual void append_response() = 0;
+  // Takes `slot` back (or keeps it) and returns the set ranks whose
+  // submissions it held: the coordinator negotiates them now.
+  virtual std::vector<int> divert(uint32_t slot) = 0;
+  // Gives `slot` back unless a submission landed in it meanwhile (false).
+  virtual bool try_undivert(uint32_t slot) = 0;
+  // Whether a member submitted into a diverted slot since the last call.
+  virtual bool take_drain_request() = 0;
+  virtual RowState row_state(uint32_t slot) const = 0;
+};
+
+}  // namespace hora::control

@@ -1,0 +1,230 @@
+#include "runtime/executor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "hora/errors.h"
+
+namespace hora {
+
+using Agreement = control::Agreement;
+
+Executor::Executor(const EngineOptions& options, TensorQueue& queue, JoinLedger& joins,
+                   telemetry::SetTelemetry& telemetry, const std::atomic<bool>& stopping)
+    : options_(options), queue_(queue), joins_(joins), telemetry_(telemetry), stopping_(stopping), runner_(telemetry) {}
+
+void Executor::attach(SetLinks& links, const ResponseCache& cache, ResponseCache* member_cache) {
+  links_ = &links;
+  cache_ = &cache;
+  member_cache_ = member_cache;
+}
+
+std::optional<uint32_t> Executor::admit(TensorEntry& entry, const std::weak_ptr<WorkDriver>& driver) {
+  const Request& request = entry.request;
+  if (!links_ || request.op == OpType::kJoin || !ResponseCache::cacheable(request.op)) return std::nullopt;
+  uint32_t slot;
+  {
+    std::lock_guard<std::mutex> lock(cached_mutex_);
+    auto it = slot_by_name_.find(request.name);
+    if (it == slot_by_name_.end() || !(cached_requests_[it->second] == request)) return std::nullopt;
+    slot = it->second;
+  }
+  entry.lane = true;
+  entry.work->set_driver(driver);
+  return slot;
+}
+
+void Executor::enter(uint32_t slot, bool caller_waits) {
+  agreed_pending_.fetch_add(1);
+  if (!caller_waits) agreement().watch(Agreement::kEngine, true);
+  if (agreement().submit(slot) == Agreement::Outcome::kDiverted && !caller_waits) links_->wake();
+}
+
+void Executor::drive(const Work& work) {
+  if (!links_ || agreement().rows() == 0) return;
+  drivers_.fetch_add(1);
+  std::unique_lock<std::mutex> role(role_);
+  agreement().watch(Agreement::kDriver, true);
+  const std::function<bool()> give_up = [&] { return work.finished() || failing_.load() || stopping_.load(); };
+  bool failed = false;
+  try {
+    while (!give_up()) {
+      std::optional<Agreement::Entry> entry = agreement().entry(next_entry_);
+      if (!entry) {
+        agreement().wait_for_entry(next_entry_, give_up);
+        continue;
+      }
+      if (!run_entry(*entry, false)) break;
+    }
+  } catch (...) {
+    failed = true;
+    if (!driver_failure_) driver_failure_ = std::current_exception();
+  }
+  agreement().watch(Agreement::kDriver, false);
+  role.unlock();
+  drivers_.fetch_sub(1);
+  // What is left (a response, others' ops, a failure) is the engine's.
+  if (failed || agreed_pending_.load() > 0 || agreement().entry_waiting()) links_->wake();
+}
+
+void Executor::deliver(std::vector<Response> responses) {
+  for (Response& response : responses) {
+    responses_.push_back(std::move(response));
+    if (!options_.coordinator()) agreement().response_received();
+  }
+}
+
+void Executor::run_log() {
+  std::unique_lock<std::mutex> role(role_, std::try_to_lock);
+  if (role) {
+    if (driver_failure_) std::rethrow_exception(std::exchange(driver_failure_, nullptr));
+    while (!failing_ && !stopping_) {
+      std::optional<Agreement::Entry> entry = agreement().entry(next_entry_);
+      if (!entry || !run_entry(*entry, true)) break;
+    }
+  }
+  update_engine_watch();
+}
+
+// The engine thread watches the log while responses wait for their entries
+// (the coordinator sends them before it appends the entries), and while
+// agreed ops wait here and no caller runs the log (a driver wakes this
+// thread when it leaves with ops pending). Cleared, the watch is looked at
+// again, so a submitter that set it meanwhile is never undone.
+void Executor::update_engine_watch() {
+  auto wanted = [this] { return !responses_.empty() || (agreed_pending_.load() > 0 && drivers_.load() == 0); };
+  if (wanted()) return agreement().watch(Agreement::kEngine, true);
+  agreement().watch(Agreement::kEngine, false);
+  if (wanted()) agreement().watch(Agreement::kEngine, true);
+}
+
+// Runs one log entry with the executor role held; false when it is not
+// this thread's to run (a response: only the engine thread has them) or
+// an op failed here.
+bool Executor::run_entry(const Agreement::Entry& entry, bool engine) {
+  // An op failed here (the other thread's collective threw): the set's
+  // verdict fails it, and nothing runs before that.
+  if (!running_.empty()) return false;
+  if (entry.response) {
+    if (!engine || responses_.empty()) return false;
+    Response response = std::move(responses_.front());
+    responses_.pop_front();
+    agreement().set_consumed(++next_entry_);
+    execute(std::move(response));
+    return true;
+  }
+  agreement().set_consumed(++next_entry_);
+  run_cached(entry.slot);
+  return true;
+}
+
+void Executor::run_cached(uint32_t slot) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(cached_mutex_);
+    if (slot >= cached_requests_.size())
+      throw Internal("the fast lane's log names cache slot " + std::to_string(slot) + ", which this rank lacks");
+    name = cached_requests_[slot].name;
+  }
+  running_.clear();
+  running_.push_back(queue_.take(name));
+  Response response;
+  response.op = running_.front().request.op;
+  runner_.run(links_->data(), response, running_);
+  agreed_pending_.fetch_sub(1);
+  running_.front().work->complete();
+  running_.clear();
+}
+
+// Runs one agreed response (engine thread). If it throws, its entries stay
+// in running_ and fail with the set's verdict.
+void Executor::execute(Response response) {
+  running_.clear();
+  if (response.op == OpType::kJoin) return finish_join(response);
+  for (size_t i = 0; i < response.names.size(); ++i) {
+    if (response.slots[i] >= 0) response.names[i] = cache_->request(static_cast<uint32_t>(response.slots[i])).name;
+    std::optional<TensorEntry> own = queue_.try_take(response.names[i]);
+    if (own) running_.push_back(std::move(*own));
+    else if (response.error.empty()) running_.push_back(stand_in(response, i));
+    else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
+  }
+  if (!response.error.empty()) {
+    telemetry_.failed(response.op, response.names, response.error);
+    for (TensorEntry& entry : running_) {
+      if (entry.lane) agreed_pending_.fetch_sub(1);
+      entry.work->fail(std::make_exception_ptr(Mismatch(response.error)));
+    }
+    running_.clear();
+    return;
+  }
+  if (member_cache_)
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (response.cache[i]) member_cache_->insert(running_[i].request);
+  remember_cached(response);
+  runner_.run(links_->data(), response, running_);
+  for (TensorEntry& entry : running_) {
+    if (entry.lane) agreed_pending_.fetch_sub(1);
+    entry.work->complete();
+  }
+  running_.clear();
+}
+
+// This joined member's share of the op `response.names[index]`, which it
+// did not submit; Internal when it has not joined.
+TensorEntry Executor::stand_in(const Response& response, size_t index) {
+  const std::string& name = response.names[index];
+  if (!joins_.joined()) throw Internal("the coordinator scheduled '" + name + "', which this rank never submitted");
+  joins_.stood_in(response.op, name);
+  TensorEntry entry;
+  entry.stand_in = true;
+  entry.work = std::make_shared<Work>();
+  if (index < response.requests.size()) entry.request = response.requests[index];
+  else if (response.error.empty())
+    throw Internal("the coordinator scheduled '" + name + "' for a joined rank without describing it");
+  return entry;
+}
+
+// Every member has joined: this member's join op completes with the global
+// rank of the member that joined last, and it may submit again.
+void Executor::finish_join(const Response& response) {
+  if (response.sizes.size() != 1) throw Internal("a join response without the rank that joined last");
+  running_.push_back(queue_.take(kJoinName));
+  const auto last = static_cast<int32_t>(response.sizes.front());
+  std::memcpy(running_.front().work->allocate_output(sizeof last, {1}), &last, sizeof last);
+  joins_.join_finished();
+  running_.front().work->complete();
+  running_.clear();
+}
+
+// Every rank mirrors the response cache's first rows() slots, in the order
+// of the responses, for submitters to look up.
+void Executor::remember_cached(const Response& response) {
+  for (size_t i = 0; i < running_.size() && i < response.cache.size(); ++i) {
+    if (!response.cache[i]) continue;
+    const Request& request = running_[i].request;
+    std::lock_guard<std::mutex> lock(cached_mutex_);
+    const auto slot = static_cast<uint32_t>(cached_requests_.size());
+    if (slot >= agreement().rows()) return;
+    if (!member_cache_ && cache_->lookup(request) != static_cast<int32_t>(slot))
+      throw Internal("the fast lane's cache mirror disagrees with the response cache at slot " + std::to_string(slot));
+    slot_by_name_[request.name] = slot;
+    cached_requests_.push_back(request);
+  }
+}
+
+void Executor::give_up() {
+  failing_ = true;
+  wake_drivers();
+}
+
+void Executor::fail_running(std::exception_ptr error) {
+  std::lock_guard<std::mutex> role(role_);
+  for (TensorEntry& entry : running_) entry.work->fail(error);
+  running_.clear();
+}
+
+void Executor::wake_drivers() {
+  if (links_) agreement().wake_drivers();
+}
+
+}  // namespace hora

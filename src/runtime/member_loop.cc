@@ -1,0 +1,87 @@
+#include "runtime/member_loop.h"
+
+#include <algorithm>
+
+#include "hora/errors.h"
+
+namespace hora {
+
+using std::chrono::milliseconds;
+
+MemberLoop::MemberLoop(const EngineOptions& options, telemetry::SetTelemetry& telemetry)
+    : options_(options), telemetry_(telemetry), cache_(options.cache_capacity) {}
+
+milliseconds MemberLoop::inspection_interval() const {
+  if (options_.timeout.count() <= 0) return milliseconds{0};
+  return std::clamp(options_.timeout / 4, milliseconds{10}, milliseconds{1000});
+}
+
+std::vector<uint8_t> MemberLoop::submit_local(std::vector<Request> fresh) {
+  MemberMessage message;
+  for (Request& request : fresh) {
+    const bool cacheable = ResponseCache::cacheable(request.op);
+    const int32_t slot = cacheable ? cache_.lookup(request) : -1;
+    if (cacheable) telemetry_.cache_lookup(slot >= 0);
+    if (slot >= 0) message.cached_slots.push_back(static_cast<uint32_t>(slot));
+    else message.requests.push_back(std::move(request));
+  }
+  return encode(message);
+}
+
+std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
+  const std::string coordinator = "global rank " + std::to_string(options_.global_ranks[0]);
+  if (message.closed) {
+    failure_ = SetFailure{"the control connection to the coordinator, " + coordinator +
+                              ", closed (its process exited or shut the set down)",
+                          {0}, false, false};
+    return {};
+  }
+  switch (control_kind(message.bytes)) {
+    case ControlKind::kMember:
+      break;
+    case ControlKind::kCoordinator:
+      if (message.from != 0)
+        throw Internal("a coordinator message from set rank " + std::to_string(message.from) + " reached set rank " +
+                       std::to_string(options_.rank));
+      return decode_coordinator_message(message.bytes).responses;
+    case ControlKind::kFailure:
+      on_failure_message(decode_failure_message(message.bytes));
+      return {};
+  }
+  throw Internal("a member message reached set rank " + std::to_string(options_.rank));
+}
+
+void MemberLoop::on_failure_message(const FailureMessage& message) {
+  using Stage = FailureMessage::Stage;
+  const std::string who = "global rank " + std::to_string(options_.global_ranks[0]);
+  if (message.stage == Stage::kVerdict) {
+    failure_ = SetFailure{message.reason, {}, false, true};
+  } else if (message.stage == Stage::kProbe) {
+    failure_ = SetFailure{"the coordinator (" + who + ") found the set broken: " + message.reason, {}, true, false};
+    failure_->coordinator_answered = true;
+  } else {
+    throw Internal("unexpected failure message (stage " + std::to_string(static_cast<int>(message.stage)) +
+                   ") from " + who);
+  }
+}
+
+// A live coordinator fails an op that waits for the op timeout itself and
+// sends its verdict, which normally arrives first. The clock runs from the
+// op's submission or from the last op this rank ran, whichever is later (ops
+// that wait behind a long collective are not waiting for the coordinator).
+MemberLoop::Clock::time_point MemberLoop::inspect(Clock::time_point now, std::optional<Clock::time_point> oldest,
+                                                  Clock::time_point last_run) {
+  if (!oldest || options_.timeout.count() <= 0) return Clock::time_point::max();
+  const Clock::time_point since = std::max(*oldest, last_run);
+  const milliseconds patience = options_.timeout + FailureProtocol::coordinator_grace(options_.timeout);
+  if (now < since + patience) return since + patience;
+  const auto waited = std::chrono::duration_cast<milliseconds>(now - since);
+  failure_ = SetFailure{"the coordinator (global rank " + std::to_string(options_.global_ranks[0]) +
+                            ") decided nothing for " + std::to_string(waited.count()) +
+                            " ms on an op this rank submitted",
+                        {}, true, false};
+  failure_->waited_out = true;
+  return Clock::time_point::max();
+}
+
+}  // namespace hora

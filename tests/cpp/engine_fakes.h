@@ -1,0 +1,122 @@
+// Stand-ins for the engine's parts' surroundings, for thread-free tests: an
+// Agreement whose slots the test fills and inspects, and a one-member Backend.
+#pragma once
+
+#include <map>
+#include <set>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "control/agreement.h"
+#include "coordinator/request.h"
+#include "runtime/engine_options.h"
+#include "transport/backend.h"
+
+namespace hora::testing {
+
+// Process set 7 with global ranks {1, 3, 5}, seen from set rank `rank`: set
+// rank r is global rank 2r+1, so a message naming set ranks instead of
+// global ones shows. Op timeout 1 s, no stall warnings.
+inline EngineOptions set_seven(int rank) {
+  EngineOptions o;
+  o.process_set_id = 7;
+  o.global_ranks = {1, 3, 5};
+  o.rank = rank;
+  o.timeout = std::chrono::milliseconds{1000};
+  o.stall_warning_time = std::chrono::milliseconds{0};
+  return o;
+}
+
+inline Request allreduce_of(std::string name, std::vector<int64_t> shape = {4}) {
+  Request q;
+  q.name = std::move(name);
+  q.op = OpType::kAllreduce;
+  q.dtype = DataType::kFloat32;
+  q.shape = std::move(shape);
+  return q;
+}
+
+// An agreement on `rows` slots. submit() records the submission and appends
+// the slot when `members` have submitted it; diverts hand out `held[slot]`.
+class FakeAgreement final : public control::Agreement {
+ public:
+  explicit FakeAgreement(size_t rows, int members = 1) : rows_(rows), members_(members) {}
+
+  size_t rows() const override { return rows_; }
+  Outcome submit(uint32_t slot) override {
+    if (diverted.count(slot)) return Outcome::kDiverted;
+    held[slot].push_back(0);
+    if (static_cast<int>(held[slot].size()) < members_) return Outcome::kWaiting;
+    held.erase(slot);
+    log.push_back(Entry{false, slot});
+    return Outcome::kAppended;
+  }
+  std::optional<Entry> entry(uint64_t index) const override {
+    if (index >= log.size()) return std::nullopt;
+    return log[index];
+  }
+  void set_consumed(uint64_t next) override { consumed = next; }
+  bool entry_waiting() const override { return consumed < log.size(); }
+  void watch(uint32_t who, bool on) override { watching = on ? (watching | who) : (watching & ~who); }
+  void wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const override {
+    if (!entry(index) && !give_up()) throw std::logic_error("a driver would wait for an entry nobody appends");
+  }
+  void wake_drivers() const override {}
+  void response_received() override { log.push_back(Entry{true, 0}); }
+  bool has_room(size_t entries) const override { return log.size() + entries <= room; }
+  void append_response() override { log.push_back(Entry{true, 0}); }
+  std::vector<int> divert(uint32_t slot) override {
+    diverted.insert(slot);
+    ++divert_calls[slot];
+    std::vector<int> members = held[slot];
+    held.erase(slot);
+    return members;
+  }
+  bool try_undivert(uint32_t slot) override {
+    diverted.erase(slot);
+    undiverted.insert(slot);
+    return true;
+  }
+  bool take_drain_request() override { return std::exchange(drain, false); }
+  RowState row_state(uint32_t slot) const override {
+    auto it = held.find(slot);
+    if (it == held.end() || diverted.count(slot)) return {};
+    return RowState{it->second, completions};
+  }
+
+  std::vector<Entry> log;
+  uint64_t consumed = 0;
+  uint32_t watching = 0;
+  size_t room = 1 << 20;
+  std::map<uint32_t, std::vector<int>> held;  // submissions by slot (set ranks)
+  std::set<uint32_t> diverted, undiverted;
+  std::map<uint32_t, int> divert_calls;
+  bool drain = false;
+  uint32_t completions = 0;
+
+ private:
+  const size_t rows_;
+  const int members_;
+};
+
+// A set of one: its collectives have nothing to exchange.
+class SoloBackend final : public Backend {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce(void*, size_t, DataType, ReduceOp) override {}
+  void allgatherv(const void*, void*, const std::vector<size_t>&) override {}
+  void broadcast(void*, size_t, int) override {}
+  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
+  void barrier() override {}
+  void send_control(int, const std::vector<uint8_t>&) override {}
+  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point) override { return {}; }
+  void wake() override { ++wakes; }
+  void abort(const std::string&) override {}
+
+  int wakes = 0;
+};
+
+}  // namespace hora::testing

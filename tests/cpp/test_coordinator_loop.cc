@@ -1,0 +1,193 @@
+// CoordinatorLoop as a state machine: fed requests, member messages and the
+// time, without sockets or threads (process set 7 of engine_fakes.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "coordinator/wire.h"
+#include "engine_fakes.h"
+#include "hora/errors.h"
+#include "runtime/coordinator_loop.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using testing::FakeAgreement;
+
+Request allreduce(std::string name, std::vector<int64_t> shape = {4}) {
+  return testing::allreduce_of(std::move(name), std::move(shape));
+}
+
+ControlMessage from_member(int from, MemberMessage message) { return ControlMessage{from, encode(message), false}; }
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class CoordinatorLoopTest : public ::testing::Test {
+ protected:
+  explicit CoordinatorLoopTest(size_t rows = 0) : agreement_(rows), loop_(options_, agreement_, telemetry_) {}
+
+  // Every member submits `request` in full; returns what one dispatch sends.
+  CoordinatorLoop::Dispatch everyone_submits(const Request& request) {
+    loop_.submit_local({request}, now_);
+    loop_.on_message(from_member(1, MemberMessage{{request}, {}}), now_);
+    loop_.on_message(from_member(2, MemberMessage{{request}, {}}), now_);
+    return commit(loop_.dispatch(now_));
+  }
+  CoordinatorLoop::Dispatch commit(CoordinatorLoop::Dispatch ready) {
+    loop_.committed(ready, now_);
+    return ready;
+  }
+
+  EngineOptions options_ = testing::set_seven(0);
+  telemetry::SetTelemetry telemetry_{7, {1, 3, 5}, 0, nullptr};
+  FakeAgreement agreement_;
+  CoordinatorLoop loop_;
+  Clock::time_point now_ = Clock::now();
+};
+
+class CoordinatorLoopWithLane : public CoordinatorLoopTest {
+ protected:
+  CoordinatorLoopWithLane() : CoordinatorLoopTest(16) {}
+};
+
+TEST_F(CoordinatorLoopTest, AnOpEveryMemberSubmittedIsSentToMembersAndEntersTheLog) {
+  loop_.submit_local({allreduce("x")}, now_);
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("x")}, {}}), now_);
+  EXPECT_TRUE(commit(loop_.dispatch(now_)).responses.empty()) << "ready before set rank 1 submitted";
+  EXPECT_TRUE(agreement_.log.empty());
+
+  loop_.on_message(from_member(1, MemberMessage{{allreduce("x")}, {}}), now_);
+  CoordinatorLoop::Dispatch ready = loop_.dispatch(now_);
+  ASSERT_EQ(ready.responses.size(), 1u);
+  EXPECT_EQ(ready.responses[0].names, std::vector<std::string>{"x"});
+  CoordinatorMessage sent = decode_coordinator_message(ready.bytes);
+  ASSERT_EQ(sent.responses.size(), 1u);
+  EXPECT_EQ(sent.responses[0].names, std::vector<std::string>{"x"});
+  EXPECT_TRUE(agreement_.log.empty()) << "entries appear only once the members were sent the response";
+  loop_.committed(ready, now_);
+  ASSERT_EQ(agreement_.log.size(), 1u);
+  EXPECT_TRUE(agreement_.log[0].response);
+  EXPECT_FALSE(loop_.failure());
+}
+
+TEST_F(CoordinatorLoopTest, ARepeatedOpTravelsAsACacheSlot) {
+  everyone_submits(allreduce("x"));
+  ASSERT_EQ(loop_.cache().slot_of("x"), 0);
+  loop_.submit_local({allreduce("x")}, now_);
+  loop_.on_message(from_member(1, MemberMessage{{}, {0}}), now_);
+  loop_.on_message(from_member(2, MemberMessage{{}, {0}}), now_);
+  CoordinatorLoop::Dispatch ready = commit(loop_.dispatch(now_));
+  ASSERT_EQ(ready.responses.size(), 1u);
+  EXPECT_EQ(ready.responses[0].slots, std::vector<int32_t>{0});
+}
+
+TEST_F(CoordinatorLoopTest, AResponseWaitsForRoomInTheLog) {
+  agreement_.room = 0;
+  CoordinatorLoop::Dispatch ready = everyone_submits(allreduce("x"));
+  EXPECT_TRUE(ready.responses.empty());
+  EXPECT_TRUE(ready.bytes.empty());
+  EXPECT_TRUE(loop_.holding());
+  agreement_.room = 1;
+  ready = commit(loop_.dispatch(now_));
+  ASSERT_EQ(ready.responses.size(), 1u);
+  EXPECT_FALSE(loop_.holding());
+}
+
+TEST_F(CoordinatorLoopTest, AClosedMemberBreaksTheSetNamingIt) {
+  loop_.on_message(ControlMessage{2, {}, true}, now_);
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{2});
+  EXPECT_FALSE(loop_.failure()->needs_census);
+  EXPECT_TRUE(contains(loop_.failure()->reason, "global rank 5")) << loop_.failure()->reason;
+  EXPECT_TRUE(loop_.closed()[2]);
+}
+
+TEST_F(CoordinatorLoopTest, AMemberReportAsksForACensus) {
+  loop_.on_message(ControlMessage{1, encode(FailureMessage{FailureMessage::Stage::kReport, {}, "it hung"}), false},
+                   now_);
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->needs_census);
+  EXPECT_TRUE(contains(loop_.failure()->reason, "global rank 3 reported: it hung")) << loop_.failure()->reason;
+  EXPECT_TRUE(loop_.reported()[1]);
+}
+
+TEST_F(CoordinatorLoopTest, AVerdictFromAMemberIsRefused) {
+  auto verdict = encode(FailureMessage{FailureMessage::Stage::kVerdict, {}, "no"});
+  EXPECT_THROW(loop_.on_message(ControlMessage{1, verdict, false}, now_), Internal);
+  EXPECT_THROW(loop_.on_message(ControlMessage{1, encode(CoordinatorMessage{}), false}, now_), Internal);
+}
+
+TEST_F(CoordinatorLoopTest, AnOpMembersNeverSubmitFailsTheSetAtTheOpTimeoutNamingThem) {
+  loop_.submit_local({allreduce("x")}, now_);
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("x")}, {}}), now_);
+  loop_.inspect(now_ + milliseconds{500});
+  EXPECT_FALSE(loop_.failure());
+  loop_.inspect(now_ + milliseconds{1100});
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{1}) << loop_.failure()->reason;
+}
+
+TEST_F(CoordinatorLoopWithLane, AMismatchingRequestOfACachedNameTakesItsSlotBack) {
+  everyone_submits(allreduce("x"));
+  ASSERT_EQ(loop_.cache().slot_of("x"), 0);
+  agreement_.held[0] = {1};  // set rank 1 submitted x through the agreement
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("x", {8})}, {}}), now_);
+  EXPECT_EQ(agreement_.diverted, std::set<uint32_t>{0});
+  loop_.submit_local({allreduce("x")}, now_);
+  CoordinatorLoop::Dispatch ready = commit(loop_.dispatch(now_));
+  ASSERT_EQ(ready.responses.size(), 1u) << "set rank 1's submission in the agreement was not negotiated";
+  EXPECT_FALSE(ready.responses[0].error.empty());
+  EXPECT_TRUE(contains(ready.responses[0].error, "5")) << ready.responses[0].error;
+  EXPECT_TRUE(agreement_.diverted.empty()) << "the slot stays taken back after its op was decided";
+  EXPECT_EQ(agreement_.undiverted, std::set<uint32_t>{0});
+}
+
+TEST_F(CoordinatorLoopWithLane, AJoinTakesEverySlotBackUntilEveryMemberJoined) {
+  everyone_submits(allreduce("x"));
+  everyone_submits(allreduce("y"));
+  ASSERT_EQ(loop_.cache().size(), 2u);
+  Request join;
+  join.op = OpType::kJoin;
+  join.name = kJoinName;
+  loop_.on_message(from_member(2, MemberMessage{{join}, {}}), now_);
+  EXPECT_EQ(agreement_.diverted, (std::set<uint32_t>{0, 1}));
+  commit(loop_.dispatch(now_));
+  EXPECT_EQ(agreement_.diverted, (std::set<uint32_t>{0, 1})) << "released while a member has joined";
+  loop_.submit_local({join}, now_);
+  loop_.on_message(from_member(1, MemberMessage{{join}, {}}), now_);
+  CoordinatorLoop::Dispatch ready = commit(loop_.dispatch(now_));
+  ASSERT_EQ(ready.responses.size(), 1u);
+  EXPECT_EQ(ready.responses[0].op, OpType::kJoin);
+  EXPECT_TRUE(agreement_.diverted.empty());
+}
+
+TEST_F(CoordinatorLoopWithLane, SubmissionsInADivertedSlotAreDrainedOnRequest) {
+  everyone_submits(allreduce("x"));
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("x", {8})}, {}}), now_);
+  ASSERT_EQ(agreement_.divert_calls[0], 1);
+  agreement_.held[0] = {1};  // set rank 1's bit landed in the diverted slot
+  agreement_.drain = true;
+  loop_.submit_local({allreduce("x")}, now_);
+  CoordinatorLoop::Dispatch ready = commit(loop_.dispatch(now_));
+  EXPECT_EQ(agreement_.divert_calls[0], 3) << "drained, then released";
+  ASSERT_EQ(ready.responses.size(), 1u);
+  EXPECT_FALSE(ready.responses[0].error.empty());
+}
+
+TEST_F(CoordinatorLoopWithLane, AnOpWaitingInTheAgreementIsTimedAndItsAbsentMembersNamed) {
+  everyone_submits(allreduce("x"));
+  agreement_.held[0] = {0, 2};
+  loop_.inspect(now_);
+  EXPECT_FALSE(loop_.failure());
+  loop_.inspect(now_ + milliseconds{1100});
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{1}) << loop_.failure()->reason;
+  EXPECT_TRUE(contains(loop_.failure()->reason, "x")) << loop_.failure()->reason;
+}
+
+}  // namespace
+}  // namespace hora
