@@ -7,6 +7,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "control/agreement.h"
@@ -117,6 +118,47 @@ class SoloBackend final : public Backend {
   void abort(const std::string&) override {}
 
   int wakes = 0;
+};
+
+// A member of an n-member set whose control plane the test scripts:
+// receive_control() hands out `inbox` in order, then nothing (at once, or
+// at the deadline if `wait_out`); sends are recorded, and fail to members
+// in `unreachable`.
+class ScriptedBackend final : public Backend {
+ public:
+  ScriptedBackend(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce(void*, size_t, DataType, ReduceOp) override {}
+  void allgatherv(const void*, void*, const std::vector<size_t>&) override {}
+  void broadcast(void*, size_t, int) override {}
+  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
+  void barrier() override {}
+  void send_control(int to, const std::vector<uint8_t>& bytes) override {
+    if (unreachable.count(to)) throw std::runtime_error("unreachable");
+    sent.emplace_back(to, bytes);
+  }
+  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point deadline) override {
+    if (!inbox.empty()) {
+      ControlMessage message = inbox.front();
+      inbox.erase(inbox.begin());
+      return message;
+    }
+    if (wait_out) std::this_thread::sleep_until(deadline);
+    return std::nullopt;
+  }
+  void wake() override {}
+  void abort(const std::string& reason) override { aborted = reason; }
+
+  std::vector<ControlMessage> inbox;
+  bool wait_out = true;
+  std::set<int> unreachable;
+  std::vector<std::pair<int, std::vector<uint8_t>>> sent;
+  std::string aborted;
+
+ private:
+  const int rank_;
+  const int size_;
 };
 
 }  // namespace hora::testing
