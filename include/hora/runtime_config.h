@@ -35,6 +35,10 @@ struct RuntimeConfig {
   // bounds them anyway).
   std::chrono::milliseconds stall_warning_time{60'000};
   std::chrono::milliseconds stall_shutdown_time{0};
+  // Ranks of a set that diverged (each waits on an op the others have not
+  // submitted) and stay so, nothing submitted or finished, fail the set
+  // after this (0: only the timeout fails them).
+  std::chrono::milliseconds divergence_timeout{60'000};
   // How many Runtimes this process started before this one (the bindings
   // count them). Each keeps its rendezvous keys under its own prefix, so
   // that a job can shut down and init again; every rank must do so alike.

@@ -17,7 +17,8 @@ CoordinatorLoop::CoordinatorLoop(const EngineOptions& options, control::Agreemen
       negotiator_(NegotiatorOptions{options.process_set_id, options.global_ranks, options.fusion_threshold,
                                     options.cache_capacity}),
       inspector_(options.process_set_id, options.global_ranks,
-                 StallOptions{options.stall_warning_time, options.stall_shutdown_time, options.timeout}),
+                 StallOptions{options.stall_warning_time, options.stall_shutdown_time, options.timeout,
+                              StallOptions{}.divergence_time, options.divergence_timeout}),
       closed_(options.size(), false),
       reported_(options.size(), false) {}
 

@@ -89,7 +89,7 @@ void Runtime::create_set(const ProcessSet& set, std::shared_ptr<Store> set_store
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
                         config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time,
-                        factory_->name(), timeline_};
+                        factory_->name(), timeline_, config_.divergence_timeout};
   auto engine = std::make_shared<ProgressEngine>(std::move(options), connect);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);

@@ -18,9 +18,9 @@ OP_TIMEOUT_SECONDS = 4
 LIMITS = {"HORA_OP_TIMEOUT_SECONDS": str(OP_TIMEOUT_SECONDS), "HOROVOD_STALL_CHECK_TIME_SECONDS": "1"}
 
 
-def run_diverged(mode, np):
+def run_diverged(mode, np, limits=LIMITS):
     cmd = [sys.executable, "-m", "hora.runner", "--keep-going", "-np", str(np), sys.executable, WORKER, mode]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=dict(os.environ, **LIMITS))
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO, env=dict(os.environ, **limits))
     assert run.returncode == 0, describe(run)
     results = results_of(run)
     assert sorted(results) == list(range(np)), describe(run)
@@ -55,3 +55,18 @@ def test_diverged_ranks_are_named_with_the_op_each_waits_on(mode, np):
         for other, op in waits.items():
             assert f"global rank {other} waits on {op}" in error, error
         assert "missing" not in error, error
+
+
+def test_diverged_ranks_that_stay_so_fail_at_the_divergence_timeout():
+    # The op timeout is ten minutes: nothing but the divergence timeout can
+    # end this within the test's two.
+    limits = {"HORA_OP_TIMEOUT_SECONDS": "600", "HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
+              "HORA_DIVERGENCE_TIMEOUT_SECONDS": "2"}
+    run, results = run_diverged("typo", 2, limits)
+    for rank in range(2):
+        error = results[rank]["error"]
+        assert error is not None, results[rank]
+        assert ("process set 0 [0, 1] is broken: the ranks diverged: each waits on an op the others have not "
+                "submitted, and nothing was submitted or finished for 2") in error, error
+        assert "(HORA_DIVERGENCE_TIMEOUT_SECONDS: 2 s)" in error, error
+        assert "global rank 1 waits on allreduce 'Loss' (float32 [4])" in error, error
