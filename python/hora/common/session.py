@@ -3,9 +3,9 @@
 Everything the Python side keeps between ``init`` and ``shutdown`` (and
 across them: an elastic worker's rounds, the exit hooks installed once)
 lives here rather than in module globals, so that one place says what a
-process holds and ``reset_for_shutdown`` says what a shutdown forgets. The
-core's own state is the one Runtime of the bindings. Any thread may read
-it; init and shutdown (the caller's thread) change it.
+process holds; shutdown() forgets the Config and the sets
+(``forget_sets``). The core's own state is the one Runtime of the bindings.
+Any thread may read it; init and shutdown (the caller's thread) change it.
 """
 
 import weakref
