@@ -131,7 +131,7 @@ void ProgressEngine::stop(const std::string& reason) {
     // timeout; a connect() in progress watches stopping_.
     if (backend_) {
       backend_->abort(reason);
-      backend_->wake();
+      control_->wake();
     }
     wake_drivers();
   }
@@ -145,7 +145,7 @@ void ProgressEngine::stop(const std::string& reason) {
 
 void ProgressEngine::wake() {
   std::lock_guard<std::mutex> lock(state_mutex_);
-  if (backend_) backend_->wake();
+  if (control_) control_->wake();
 }
 
 void ProgressEngine::wait_connected() {
@@ -156,11 +156,12 @@ void ProgressEngine::wait_connected() {
 
 void ProgressEngine::run(const Connect& connect) {
   try {
-    std::unique_ptr<Backend> backend = connect(stopping_);
+    SetTransports transports = connect(stopping_);
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
-      backend_ = std::move(backend);
-      lane_ = backend_->fast_lane();
+      backend_ = std::move(transports.backend);
+      control_ = std::move(transports.control);
+      lane_ = transports.fast_lane;
       telemetry_.connected(lane_ ? "shm" : options_.transport);
       connected_ = true;
       if (stopping_) backend_->abort(stop_reason_);
@@ -216,7 +217,7 @@ void ProgressEngine::step() {
     }
     deadline = std::min(deadline, next_inspection_);
   }
-  std::optional<ControlMessage> message = backend_->receive_control(deadline);
+  std::optional<ControlMessage> message = control_->receive(deadline);
   if (message) on_message(*message);
 }
 
@@ -293,7 +294,7 @@ void ProgressEngine::negotiate_local(std::vector<Request> fresh) {
     }
   }
   if (coordinator()) return;
-  backend_->send_control(0, encode(message));
+  control_->send(0, encode(message));
 }
 
 void ProgressEngine::on_message(const ControlMessage& message) {
@@ -378,7 +379,7 @@ void ProgressEngine::dispatch_ready() {
   for (const Response& response : ready)
     for (const std::string& name : response.names) inspector_->finished(name);
   std::vector<uint8_t> bytes = encode(CoordinatorMessage{ready});
-  for (int member = 1; member < backend_->size(); ++member) backend_->send_control(member, bytes);
+  for (int member = 1; member < backend_->size(); ++member) control_->send(member, bytes);
   for (Response& response : ready) execute(std::move(response));
 }
 

@@ -4,9 +4,9 @@
 // until every member is there), so creating a set never blocks the caller and
 // members may create sets in any order. Front-end threads submit() ops, also
 // while it connects; the engine negotiates them with the set's
-// other members over the Backend's control plane (set rank 0 coordinates)
+// other members over the set's ControlPlane (set rank 0 coordinates)
 // and runs the agreed collectives in the agreed order. It sleeps in the
-// Backend until local work or a control message arrives, or until the next
+// ControlPlane until local work or a control message arrives, or the next
 // stall inspection is due (at most a second): no polling cycle, and no other
 // set's engine is ever waited for.
 //
@@ -71,6 +71,7 @@
 #include "coordinator/stall_inspector.h"
 #include "coordinator/tensor_queue.h"
 #include "coordinator/wire.h"
+#include "planner/transport_planner.h"
 #include "telemetry/set_telemetry.h"
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
@@ -94,7 +95,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
  public:
   using Clock = std::chrono::steady_clock;
   // Connects the set; gives up (throwing) once `cancelled` is set.
-  using Connect = std::function<std::unique_ptr<Backend>(const std::atomic<bool>& cancelled)>;
+  using Connect = std::function<SetTransports(const std::atomic<bool>& cancelled)>;
 
   ProgressEngine(EngineOptions options, Connect connect);
   ~ProgressEngine() override;
@@ -201,6 +202,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   EngineOptions options_;
   telemetry::SetTelemetry telemetry_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ControlPlane> control_;  // destroyed before backend_
   TensorQueue queue_;
   std::optional<Negotiator> negotiator_;  // set rank 0 only
   std::optional<StallInspector> inspector_;  // set rank 0 only

@@ -61,7 +61,7 @@ void ProgressEngine::census(const std::string& reason, std::vector<bool>& gone) 
   while (!stopping_ && waiting() && Clock::now() < deadline) {
     std::optional<ControlMessage> message;
     try {
-      message = backend_->receive_control(deadline);
+      message = control_->receive(deadline);
     } catch (const std::exception&) {
       break;
     }
@@ -119,7 +119,7 @@ std::optional<std::string> ProgressEngine::receive_verdict(const SetFailure& fai
   while (!stopping_ && Clock::now() < deadline) {
     std::optional<ControlMessage> message;
     try {
-      message = backend_->receive_control(deadline);
+      message = control_->receive(deadline);
     } catch (const std::exception&) {
       break;
     }
@@ -167,7 +167,7 @@ std::vector<int> ProgressEngine::set_ranks_of(const std::vector<int>& global_ran
 // simply not told. False when the send failed.
 bool ProgressEngine::send_quietly(int to, const std::vector<uint8_t>& bytes) {
   try {
-    backend_->send_control(to, bytes);
+    control_->send(to, bytes);
     return true;
   } catch (const std::exception&) {
     return false;

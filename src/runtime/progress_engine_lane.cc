@@ -55,7 +55,7 @@ void ProgressEngine::drive(const Work& work) {
   role.unlock();
   drivers_.fetch_sub(1);
   // What is left (a response, others' ops, a failure) is the engine's.
-  if (failed || lane_pending_.load() > 0 || lane_->entry_waiting()) backend_->wake();
+  if (failed || lane_pending_.load() > 0 || lane_->entry_waiting()) control_->wake();
 }
 
 // Engine thread. A driver's failure becomes the set's.
@@ -161,7 +161,7 @@ void ProgressEngine::dispatch_through_lane(std::vector<Response> ready) {
     undispatched_.pop_front();
   }
   const std::vector<uint8_t> bytes = encode(message);
-  for (int member = 1; member < backend_->size(); ++member) backend_->send_control(member, bytes);
+  for (int member = 1; member < backend_->size(); ++member) control_->send(member, bytes);
   for (size_t i = 0; i < count; ++i) lane_->append_response();
   update_diversions(message.responses);
   for (Response& response : message.responses) responses_.push_back(std::move(response));
