@@ -19,7 +19,12 @@ using std::chrono::milliseconds;
 const std::string kOff = "off|";  // host identities of members with the path off
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
-std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+std::string read(Store& store, const std::string& key, milliseconds timeout, const std::atomic<bool>& cancelled,
+                 const std::vector<int>& global_ranks) {
+  const std::vector<uint8_t> value = get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll,
+                                                          describe_set(global_ranks) + ": connecting shared memory");
+  return {value.begin(), value.end()};
+}
 
 }  // namespace
 
@@ -49,9 +54,7 @@ class TransportPlanner::HostIdentities {
       for (size_t r = 0; r < global_ranks.size(); ++r) {
         identities.push_back(static_cast<int>(r) == rank
                                  ? mine(global_ranks[r])
-                                 : text_of(get_unless_cancelled(store, "shm/host/" + std::to_string(r), timeout,
-                                                                cancelled, kCancelPoll,
-                                                                describe_set(global_ranks) + ": connecting shared memory")));
+                                 : read(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks));
       }
       learn(global_ranks, identities);
     }

@@ -97,7 +97,8 @@ class TransportPlanner {
   std::optional<SetTransports> connect_shared(const std::vector<int>& global_ranks, int rank, Store& store,
                                               std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled,
                                               shm::HeadStart* head) const;
-  SetTransports connect_across_hosts(const std::vector<int>& global_ranks, int rank, const std::vector<std::string>& identities,
+  SetTransports connect_across_hosts(const std::vector<int>& global_ranks, int rank,
+                                     const std::vector<std::string>& identities,
                                      const std::shared_ptr<Store>& set_store, std::chrono::milliseconds timeout,
                                      const std::atomic<bool>& cancelled) const;
   SetTransports connect_network(const std::vector<int>& global_ranks, int rank, std::shared_ptr<Store> set_store,

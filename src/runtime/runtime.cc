@@ -33,8 +33,8 @@ Runtime::Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& init
     : Runtime(open_job_transport(std::move(config)), initial_sets) {}
 
 Runtime::Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets)
-    : Runtime(job.config, std::move(job.store), make_transport_planner(std::move(job.factory), planner_options(job.config)),
-              initial_sets) {}
+    : Runtime(job.config, std::move(job.store),
+              make_transport_planner(std::move(job.factory), planner_options(job.config)), initial_sets) {}
 
 Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> network,
                  const std::vector<std::vector<int>>& initial_sets)
