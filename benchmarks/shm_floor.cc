@@ -41,7 +41,7 @@ constexpr size_t kLine = 128;
 constexpr size_t kMaxRanks = 16;
 constexpr size_t kSmallBytes = 64 * 1024;  // as ShmTuning::small_bytes
 constexpr size_t kSlotBytes = 1 << 20;     // as hora's default slot (HORA_SHM_SLOT_BYTES)
-constexpr size_t kTurnsFrom = 32 * 1024;    // as ShmBackend::kTurnsFrom
+constexpr size_t kTurnsFrom = 32 * 1024;    // as shm_collectives.cc's kTurnsFrom
 constexpr size_t kTurnAlign = 4096;
 
 int iterations(size_t bytes) { return bytes <= (16 << 10) ? 2000 : bytes <= (4 << 20) ? 60 : 8; }
@@ -83,7 +83,7 @@ class Member {
     for (size_t done = 0; done < count; done += per_chunk) allreduce_chunk(data + done, std::min(per_chunk, count - done));
   }
 
-  // Where the chunk-th chunk of `bytes` goes in its slot (ShmBackend::turn_position).
+  // Where the chunk-th chunk of `bytes` goes in its slot (shm_collectives.cc: turn_position).
   size_t turn_position(size_t bytes, uint64_t chunk) const {
     if (bytes < kTurnsFrom) return 0;
     const size_t span = (bytes + kTurnAlign - 1) / kTurnAlign * kTurnAlign;

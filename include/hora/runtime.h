@@ -25,6 +25,7 @@
 namespace hora {
 
 class BackendFactory;
+class TransportPlanner;
 class ProgressEngine;
 struct JobTransport;
 namespace telemetry {
@@ -53,7 +54,10 @@ class Runtime {
   // single process needs neither), or MPI with a store that rank 0 serves.
   Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& initial_sets);
   // Any transport and store (tests).
-  Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
+  Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<TransportPlanner> planner,
+          const std::vector<std::vector<int>>& initial_sets);
+  // Every set on one transport, without shared memory (tests).
+  Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> network,
           const std::vector<std::vector<int>>& initial_sets);
   ~Runtime();
 
@@ -109,7 +113,7 @@ class Runtime {
   Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets);
   // Starts `set`'s engine, which connects it over `set_store` (by default
   // the set's prefix of the job's store), picking up `head_start` (what the
-  // factory prepared for it already) if any.
+  // planner prepared for it already) if any.
   void create_set(const ProcessSet& set, std::shared_ptr<Store> set_store = nullptr,
                   std::shared_ptr<void> head_start = nullptr);
   std::shared_ptr<ProgressEngine> engine(int32_t id) const;
@@ -117,7 +121,7 @@ class Runtime {
 
   RuntimeConfig config_;
   std::shared_ptr<Store> store_;
-  std::unique_ptr<BackendFactory> factory_;
+  std::unique_ptr<TransportPlanner> planner_;
   std::shared_ptr<telemetry::Timeline> timeline_;
   int32_t first_dynamic_id_ = 1;
   mutable std::mutex mutex_;

@@ -22,15 +22,6 @@ using net::kMaxFrameBytes;
 
 }  // namespace
 
-std::string describe_set(const std::vector<int>& global_ranks) {
-  std::string out = "process set [";
-  for (size_t i = 0; i < global_ranks.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(global_ranks[i]);
-  }
-  return out + "]";
-}
-
 ControlChannel::ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name,
                                std::chrono::milliseconds send_timeout)
     : global_ranks_(global_ranks),
@@ -95,7 +86,7 @@ void ControlChannel::accept_members(net::Listener& listener, const HelloKey& key
     if (cancelled) throw InvalidArgument(set_name_ + ": connecting the control plane was cancelled");
     const auto now = Clock::now();
     if (now >= deadline) throw_accept_timeout(timeout);
-    auto wake_at = std::min(deadline, now + BackendFactory::kCancelPoll);
+    auto wake_at = std::min(deadline, now + kCancelPoll);
     std::erase_if(pending, [&](const PendingHello& hello) {
       if (now < hello.deadline) return false;
       refuse("no hello in time");
@@ -190,7 +181,7 @@ void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
                                       const std::atomic<bool>& cancelled) {
   std::vector<uint8_t> value;
   try {
-    value = get_unless_cancelled(store, kAddressKey, timeout, cancelled, BackendFactory::kCancelPoll,
+    value = get_unless_cancelled(store, kAddressKey, timeout, cancelled, kCancelPoll,
                                  set_name_ + ": connecting the control plane");
   } catch (const Timeout& e) {
     throw Timeout(set_name_ + ": global rank " + std::to_string(global_ranks_[0]) +
@@ -206,7 +197,7 @@ void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
   net::ConnectOptions options;
   options.deadline = deadline;
   options.cancelled = &cancelled;
-  options.cancel_poll = BackendFactory::kCancelPoll;
+  options.cancel_poll = kCancelPoll;
   const std::string coordinator = "the coordinator of " + set_name_ + " (" + peer_name(0) + ")";
   net::Socket socket = net::connect_to(host, port, coordinator, options);
   std::array<uint8_t, kChallengeBytes> challenge;

@@ -11,18 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "control/control_plane.h"
 #include "control/hello.h"
 #include "hora/store.h"
 #include "net/frames.h"
 #include "net/socket.h"
-#include "transport/backend.h"
+#include "transport/backend.h"  // describe_set
 
 namespace hora::control {
 
 using Clock = net::Clock;
 
-// The name of a process set in messages: "process set [0, 2, 5]".
-std::string describe_set(const std::vector<int>& global_ranks);
+using ::hora::describe_set;
 
 // A star of TCP connections between set rank 0 and every other member,
 // carrying frames of [u32 length, little-endian][bytes] (net/frames.h).
@@ -38,10 +38,9 @@ std::string describe_set(const std::vector<int>& global_ranks);
 // be called from any thread (one mutex per connection); receive() only
 // from the engine thread, which blocks in poll(2) on every open connection
 // plus an eventfd that wake() signals. A connection that closes (or sends a
-// malformed frame) is reported once by receive(), as
-// Backend::receive_control describes. The destructor closes every
-// connection.
-class ControlChannel {
+// malformed frame) is reported once by receive(), as ControlPlane::receive
+// describes. The destructor closes every connection.
+class ControlChannel final : public ControlPlane {
  public:
   // How long the coordinator waits for a connection's hello (or the set's
   // deadline, if sooner), and how many connections beyond the members
@@ -53,18 +52,18 @@ class ControlChannel {
 
   // Blocks until the star is connected, `timeout` passes (Timeout naming
   // the missing global ranks) or `cancelled` is set (InvalidArgument, within
-  // about BackendFactory::kCancelPoll). `set_name` prefixes error messages.
+  // about kCancelPoll). `set_name` prefixes error messages.
   // A send that cannot finish within `timeout` throws PeerFailure.
   static std::unique_ptr<ControlChannel> connect(const std::vector<int>& global_ranks, int rank,
                                                  const std::string& set_name,
                                                  const std::string& hostname, Store& store,
                                                  std::chrono::milliseconds timeout,
                                                  const std::atomic<bool>& cancelled);
-  ~ControlChannel();
+  ~ControlChannel() override;
 
-  void send(int to, const std::vector<uint8_t>& bytes);
-  std::optional<ControlMessage> receive(Clock::time_point deadline);
-  void wake();
+  void send(int to, const std::vector<uint8_t>& bytes) override;
+  std::optional<ControlMessage> receive(Clock::time_point deadline) override;
+  void wake() override;
 
  private:
   // One connection, to set rank `rank`.

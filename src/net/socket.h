@@ -116,12 +116,6 @@ struct ConnectOptions {
 // at host:port: <last error>" when retrying).
 Socket connect_to(const std::string& host, int port, const std::string& peer, const ConnectOptions& options);
 
-// The address of the first of `interfaces` (network interface names, in
-// order of preference) that this host has with an IPv4 address, else its
-// IPv6 one; throws InvalidArgument naming the interfaces asked for and
-// those the host has when none is usable.
-std::string interface_address(const std::vector<std::string>& interfaces);
-
 // "host:port" (an IPv6 host in brackets) split into host and port; throws
 // InvalidArgument when malformed.
 std::pair<std::string, int> split_address(const std::string& address);

@@ -19,7 +19,7 @@
 #include "runtime/engine_options.h"
 #include "runtime/failure_protocol.h"
 #include "telemetry/set_telemetry.h"
-#include "transport/backend.h"
+#include "control/control_plane.h"
 
 namespace hora {
 

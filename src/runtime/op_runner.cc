@@ -17,7 +17,8 @@ void OpRunner::run(Backend& data, const Response& response, std::vector<TensorEn
   last_run_.store(times.end.time_since_epoch().count());
   run_tensors_.clear();
   for (const TensorEntry& entry : entries)
-    run_tensors_.push_back({&entry.request, entry.submitted, !entry.stand_in, entry.lane});
+    run_tensors_.push_back(
+        {&entry.request.name, entry.request.byte_size(), entry.submitted, !entry.stand_in, entry.lane});
   telemetry_.executed(response.op, run_tensors_, times);
 }
 

@@ -70,7 +70,7 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
  public:
   using Clock = std::chrono::steady_clock;
   // Connects the set; gives up (throwing) once `cancelled` is set.
-  using Connect = std::function<std::unique_ptr<Backend>(const std::atomic<bool>& cancelled)>;
+  using Connect = std::function<SetTransports(const std::atomic<bool>& cancelled)>;
 
   ProgressEngine(EngineOptions options, Connect connect);
   ~ProgressEngine() override;

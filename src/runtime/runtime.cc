@@ -9,8 +9,8 @@
 #include "runtime/progress_engine.h"
 #include "runtime/set_presence.h"
 #include "store/carried_store.h"
+#include "planner/transport_planner.h"
 #include "telemetry/timeline.h"
-#include "transport/backend.h"
 #include "transport/registry.h"
 
 namespace hora {
@@ -33,14 +33,19 @@ Runtime::Runtime(RuntimeConfig config, const std::vector<std::vector<int>>& init
     : Runtime(open_job_transport(std::move(config)), initial_sets) {}
 
 Runtime::Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets)
-    : Runtime(std::move(job.config), std::move(job.store), std::move(job.factory), initial_sets) {}
+    : Runtime(job.config, std::move(job.store),
+              make_transport_planner(std::move(job.factory), planner_options(job.config)), initial_sets) {}
 
-Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> factory,
+Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<BackendFactory> network,
+                 const std::vector<std::vector<int>>& initial_sets)
+    : Runtime(std::move(config), std::move(store), make_transport_planner(std::move(network)), initial_sets) {}
+
+Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique_ptr<TransportPlanner> planner,
                  const std::vector<std::vector<int>>& initial_sets)
     : config_(std::move(config)),
       store_(config_.epoch == 0 ? std::move(store)
                                 : make_prefix_store("epoch." + std::to_string(config_.epoch), std::move(store))),
-      factory_(std::move(factory)),
+      planner_(std::move(planner)),
       timeline_(std::make_shared<telemetry::Timeline>()),
       table_(std::make_unique<ProcessSetTable>()) {
   if (!config_.timeline_path.empty()) start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
@@ -73,23 +78,23 @@ std::shared_ptr<Store> Runtime::set_store_of(int32_t id) const {
 void Runtime::create_set(const ProcessSet& set, std::shared_ptr<Store> set_store, std::shared_ptr<void> head_start) {
   auto timeout = set.id == 0 ? config_.start_timeout : config_.timeout;
   if (!set_store) set_store = set_store_of(set.id);
-  BackendFactory* factory = factory_.get();
+  TransportPlanner* planner = planner_.get();
   PresenceOptions presence{timeout, std::chrono::milliseconds{0}};
   if (config_.stall_warning_time.count() > 0) presence.warning_time = std::min(kAbsenceWarningTime, config_.stall_warning_time);
-  auto connect = [factory, set, set_store, job_store = store_, presence, head_start,
+  auto connect = [planner, set, set_store, job_store = store_, presence, head_start,
                   my_rank = config_.rank](const std::atomic<bool>& cancelled) mutable {
-    // What the factory does while the others arrive, unless done already.
+    // What the planner does while the others arrive, unless done already.
     await_members(
         *set_store, *job_store, set, presence, cancelled,
         [&] {
-          if (!head_start) head_start = factory->prepare(set.ranks, my_rank, set_store);
+          if (!head_start) head_start = planner->prepare(set.ranks, my_rank, set_store);
         },
-        [&](std::chrono::milliseconds within) { return factory->await_arrival(head_start, within); });
-    return factory->create(set.ranks, my_rank, set_store, presence.timeout, cancelled);
+        [&](std::chrono::milliseconds within) { return planner->await_arrival(head_start, within); });
+    return planner->connect(set.ranks, my_rank, set_store, presence.timeout, cancelled);
   };
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
                         config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time,
-                        factory_->name(), timeline_, config_.divergence_timeout};
+                        planner_->name(), timeline_, config_.divergence_timeout};
   auto engine = std::make_shared<ProgressEngine>(std::move(options), connect);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);
@@ -104,7 +109,7 @@ ProcessSet Runtime::add_process_set(std::vector<int> ranks, SetOrigin origin) {
   ProcessSet set = make_set(-1, ranks, config_.rank);
   set.generation = table_->next_generation(ranks, origin);
   if (!set.included()) return set;
-  // The lowest member prepares the set (the shared-memory factory makes its
+  // The lowest member prepares the set (the planner makes its shared-memory
   // segment) and announces itself before publishing the id: what it wrote
   // meanwhile travels with the id, so that the others need no further
   // round trip to the store to connect.
@@ -115,7 +120,7 @@ ProcessSet Runtime::add_process_set(std::vector<int> ranks, SetOrigin origin) {
                                     table_->next_lowest_member_sequence());
     set_store = std::make_shared<CarriedStore>(set_store_of(set.id));
     announce_presence(*set_store, config_.rank);
-    head_start = factory_->prepare(set.ranks, config_.rank, set_store);
+    head_start = planner_->prepare(set.ranks, config_.rank, set_store);
     publish_process_set_id(*store_, ranks, origin, set.generation, set.id, set_store->take_written());
   } else {
     PublishedSet published = published_process_set(*store_, ranks, origin, set.generation, config_.timeout);

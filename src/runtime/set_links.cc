@@ -5,8 +5,9 @@
 
 namespace hora {
 
-SetLinks::SetLinks(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
-  if (shm::FastLane* lane = backend_->fast_lane()) {
+SetLinks::SetLinks(SetTransports transports)
+    : backend_(std::move(transports.backend)), control_(std::move(transports.control)) {
+  if (shm::FastLane* lane = transports.fast_lane) {
     agreement_ = std::make_unique<control::LaneAgreement>(*lane);
     fast_lane_ = true;
   } else {

@@ -2,12 +2,12 @@
 // through, in one place: the data plane (a Backend), the control plane
 // (send/receive/wake of ControlMessages) and the agreement on ready ops
 // (control/agreement.h: the shared-memory fast lane when the set has one,
-// else negotiation through the coordinator). Today the Backend carries all
-// three; this is the one seam to re-point when they come apart.
+// else negotiation through the coordinator), as the planner made them
+// (planner/transport_planner.h).
 //
-// Threads: data() and receive() from the executor and the engine thread as
-// Backend says; send(), wake() and abort() from any thread. Owns the Backend
-// and the Agreement; does not block beyond what the Backend's calls do.
+// Threads: data() from the executor, receive() from the engine thread;
+// send(), wake() and abort() from any thread. Owns the Backend, the
+// ControlPlane and the Agreement; does not block beyond what their calls do.
 #pragma once
 
 #include <chrono>
@@ -17,27 +17,33 @@
 #include <vector>
 
 #include "control/agreement.h"
+#include "control/control_plane.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 
 namespace hora {
 
 class SetLinks {
  public:
-  // The agreement is the backend's fast lane when it has one, else
+  // The agreement is the set's fast lane when it has one, else
   // negotiation through the coordinator.
-  explicit SetLinks(std::unique_ptr<Backend> backend);
+  explicit SetLinks(SetTransports transports);
   // An agreement of the caller's choice (`fast_lane`: it is agreed in
   // shared memory).
-  SetLinks(std::unique_ptr<Backend> backend, std::unique_ptr<control::Agreement> agreement, bool fast_lane)
-      : backend_(std::move(backend)), agreement_(std::move(agreement)), fast_lane_(fast_lane) {}
+  SetLinks(std::unique_ptr<Backend> backend, std::unique_ptr<ControlPlane> control,
+           std::unique_ptr<control::Agreement> agreement, bool fast_lane)
+      : backend_(std::move(backend)),
+        control_(std::move(control)),
+        agreement_(std::move(agreement)),
+        fast_lane_(fast_lane) {}
 
   Backend& data() { return *backend_; }
   int size() const { return backend_->size(); }
-  void send(int to, const std::vector<uint8_t>& bytes) { backend_->send_control(to, bytes); }
+  void send(int to, const std::vector<uint8_t>& bytes) { control_->send(to, bytes); }
   std::optional<ControlMessage> receive(std::chrono::steady_clock::time_point deadline) {
-    return backend_->receive_control(deadline);
+    return control_->receive(deadline);
   }
-  void wake() { backend_->wake(); }
+  void wake() { control_->wake(); }
   // Gives up the data plane (Backend::abort); the control plane keeps working.
   void abort(const std::string& reason) { backend_->abort(reason); }
 
@@ -46,7 +52,10 @@ class SetLinks {
   bool fast_lane() const { return fast_lane_; }
 
  private:
+  // Declared so that the agreement (which may point into the shared
+  // segment) goes first, then the control plane, then the data plane.
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<control::Agreement> agreement_;
   bool fast_lane_ = false;
 };

@@ -13,6 +13,10 @@
 
 namespace hora {
 
+// How often a cancellable wait while a process set connects looks at its
+// flag: stopping a set gives up its connection within about this long.
+inline constexpr std::chrono::milliseconds kCancelPoll{200};
+
 // Like store.get(key, timeout), but checks `cancelled` every `poll` and then
 // throws InvalidArgument. A timeout throws Timeout naming the key and the
 // full timeout. Messages start with `what` (if not empty).

@@ -109,10 +109,10 @@ void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, co
       if (!t.own) continue;
       ++metrics_.tensors;
       ++ops_[kind];
-      bytes_[kind] += static_cast<int64_t>(t.request->byte_size());
+      bytes_[kind] += static_cast<int64_t>(t.bytes);
       if (set(t.submitted)) metrics_.negotiation_seconds += seconds_between(t.submitted, times.start);
       if (agreed_.empty()) continue;
-      if (auto it = agreed_.find(t.request->name); it != agreed_.end()) {
+      if (auto it = agreed_.find(*t.name); it != agreed_.end()) {
         if (recording) agreed[i] = it->second;
         agreed_.erase(it);
       }
@@ -123,17 +123,17 @@ void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, co
   if (!recording) return;
   std::string names;
   for (const RunTensor& t : tensors)
-    names += (names.empty() ? "\"" : ", \"") + json_escaped(row_of(op, t.request->name)) + "\"";
+    names += (names.empty() ? "\"" : ", \"") + json_escaped(row_of(op, *t.name)) + "\"";
   const std::string phase = phase_name(op);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const RunTensor& t = tensors[i];
-    const std::string row = row_of(op, t.request->name);
+    const std::string row = row_of(op, *t.name);
     if (t.lane) {
       instant(row, "CACHE_HIT", t.submitted);
       if (set(t.submitted)) span(row, "NEGOTIATE_" + phase, t.submitted, times.start, "\"cache_hit\": true");
     }
     if (set(agreed[i]) && agreed[i] < times.start) span(row, "QUEUE", agreed[i], times.start);
-    std::string args = "\"bytes\": " + std::to_string(t.request->byte_size());
+    std::string args = "\"bytes\": " + std::to_string(t.bytes);
     if (tensors.size() > 1) args += ", \"fused_with\": [" + names + "]";
     if (!t.own) args += ", \"stand_in\": true";
     span(row, phase, times.start, times.end, args);

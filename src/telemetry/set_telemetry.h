@@ -25,8 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "coordinator/request.h"
 #include "hora/metrics.h"
+#include "hora/types.h"
 #include "telemetry/timeline.h"
 
 namespace hora::telemetry {
@@ -45,7 +45,8 @@ struct OpTimes {
 
 // One executed tensor as telemetry sees it.
 struct RunTensor {
-  const Request* request = nullptr;
+  const std::string* name = nullptr;  // the op's name, owned by the caller
+  size_t bytes = 0;
   Clock::time_point submitted{};
   bool own = true;   // false: a joined member's stand-in
   bool lane = false; // agreed in the fast lane

@@ -46,16 +46,6 @@ JobTransport open_launcher_job(RuntimeConfig config) {
   return job;
 }
 
-// Sets on one host take shared memory, others the job's network factory.
-JobTransport with_shared_memory(JobTransport job) {
-  if (job.config.size > 1 && job.factory) {
-    ShmOptions options{job.config.shm, job.config.shm_slot_bytes, job.config.host_identity, job.config.local_size,
-                       job.config.size};
-    job.factory = make_shm_backend_factory(std::move(job.factory), std::move(options));
-  }
-  return job;
-}
-
 }  // namespace
 
 JobTransport open_job_transport(RuntimeConfig config) {
@@ -64,7 +54,7 @@ JobTransport open_job_transport(RuntimeConfig config) {
   }
   const bool through_mpi = bootstraps_through_mpi(config);
   if (config.backend.empty()) config.backend = through_mpi ? "mpi" : "gloo";
-  if (!through_mpi) return with_shared_memory(open_launcher_job(std::move(config)));
+  if (!through_mpi) return open_launcher_job(std::move(config));
   const std::string context =
       "this process was started by an MPI launcher or asked for MPI (HORA_BACKEND=mpi, init(comm=...)), but ";
   const std::string alternative = "; or run the job on Gloo: horarun without --mpi, HORA_BACKEND unset";
@@ -75,7 +65,7 @@ JobTransport open_job_transport(RuntimeConfig config) {
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(context + error.what() + alternative);
   }
-  return with_shared_memory(plugin->open_job(std::move(config)));
+  return plugin->open_job(std::move(config));
 #else
   throw InvalidArgument(context +
                         "this build of hora has no MPI backend: build hora from source on a machine with an MPI "

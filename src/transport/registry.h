@@ -1,5 +1,6 @@
 // The transport registry: which backends this build has, and the one place
-// that picks a job's store and backend factory from its RuntimeConfig.
+// that picks a job's store and network backend factory from its
+// RuntimeConfig (planner/ then plans each set on them).
 #pragma once
 
 #include <memory>

@@ -7,7 +7,7 @@
 
 #include "hora/errors.h"
 #include "hora/runtime_config.h"
-#include "net/socket.h"
+#include "util/interfaces.h"
 
 namespace hora {
 namespace {
@@ -129,7 +129,7 @@ RuntimeConfig runtime_config_from_env() {
       begin = end + 1;
     }
     try {
-      c.hostname = net::interface_address(names);
+      c.hostname = interface_address(names);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(std::string("HORA_NETWORK_INTERFACES='") + interfaces + "': " + e.what());
     }

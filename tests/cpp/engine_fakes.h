@@ -1,5 +1,6 @@
 // Stand-ins for the engine's parts' surroundings, for thread-free tests: an
-// Agreement whose slots the test fills and inspects, and a one-member Backend.
+// Agreement whose slots the test fills and inspects, one-member and scripted
+// data and control planes.
 #pragma once
 
 #include <map>
@@ -13,6 +14,8 @@
 #include "control/agreement.h"
 #include "coordinator/request.h"
 #include "runtime/engine_options.h"
+#include "control/control_plane.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 
 namespace hora::testing {
@@ -112,33 +115,31 @@ class SoloBackend final : public Backend {
   void broadcast(void*, size_t, int) override {}
   void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
   void barrier() override {}
-  void send_control(int, const std::vector<uint8_t>&) override {}
-  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point) override { return {}; }
-  void wake() override { ++wakes; }
   void abort(const std::string&) override {}
+};
+
+// A control plane with no peers that counts its wake-ups.
+class CountingControl final : public ControlPlane {
+ public:
+  void send(int, const std::vector<uint8_t>&) override {}
+  std::optional<ControlMessage> receive(Clock::time_point) override { return {}; }
+  void wake() override { ++wakes; }
 
   int wakes = 0;
 };
 
-// A member of an n-member set whose control plane the test scripts:
-// receive_control() hands out `inbox` in order, then nothing (at once, or
-// at the deadline if `wait_out`); sends are recorded, and fail to members
-// in `unreachable`.
-class ScriptedBackend final : public Backend {
+// The control plane of a member of an n-member set, scripted by the test:
+// receive() hands out `inbox` in order, then nothing (at once, or at the
+// deadline if `wait_out`); sends are recorded, and fail to members in
+// `unreachable`. The set's data plane (ScriptedBackend) records its abort
+// here too.
+class ScriptedControl final : public ControlPlane {
  public:
-  ScriptedBackend(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void allreduce(void*, size_t, DataType, ReduceOp) override {}
-  void allgatherv(const void*, void*, const std::vector<size_t>&) override {}
-  void broadcast(void*, size_t, int) override {}
-  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
-  void barrier() override {}
-  void send_control(int to, const std::vector<uint8_t>& bytes) override {
+  void send(int to, const std::vector<uint8_t>& bytes) override {
     if (unreachable.count(to)) throw std::runtime_error("unreachable");
     sent.emplace_back(to, bytes);
   }
-  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point deadline) override {
+  std::optional<ControlMessage> receive(Clock::time_point deadline) override {
     if (!inbox.empty()) {
       ControlMessage message = inbox.front();
       inbox.erase(inbox.begin());
@@ -148,17 +149,30 @@ class ScriptedBackend final : public Backend {
     return std::nullopt;
   }
   void wake() override {}
-  void abort(const std::string& reason) override { aborted = reason; }
 
   std::vector<ControlMessage> inbox;
   bool wait_out = true;
   std::set<int> unreachable;
   std::vector<std::pair<int, std::vector<uint8_t>>> sent;
   std::string aborted;
+};
+
+class ScriptedBackend final : public Backend {
+ public:
+  ScriptedBackend(int rank, int size, ScriptedControl& control) : rank_(rank), size_(size), control_(control) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce(void*, size_t, DataType, ReduceOp) override {}
+  void allgatherv(const void*, void*, const std::vector<size_t>&) override {}
+  void broadcast(void*, size_t, int) override {}
+  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
+  void barrier() override {}
+  void abort(const std::string& reason) override { control_.aborted = reason; }
 
  private:
   const int rank_;
   const int size_;
+  ScriptedControl& control_;
 };
 
 }  // namespace hora::testing

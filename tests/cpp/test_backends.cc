@@ -1,7 +1,8 @@
-// Every backend ("local": ranks as threads sharing memory; "gloo": TCP on
-// 127.0.0.1; "shm": a shared-memory segment each thread maps itself) runs
-// the same tests: ranks are threads sharing one hash store,
-// each with its own factory, as separate processes would have.
+// Every transport ("local": ranks as threads sharing memory, in-process
+// mailboxes; "gloo": TCP on 127.0.0.1, the TCP star; "shm": a shared-memory
+// segment each thread maps itself, its rings) runs the same tests of its
+// data plane and its control plane: ranks are threads sharing one hash
+// store, each with its own planner, as separate processes would have.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "core/half.h"
 #include "hora/errors.h"
 #include "hora/store.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 
 namespace hora {
@@ -27,9 +29,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 constexpr milliseconds kTimeout(5000);
 
-std::unique_ptr<BackendFactory> make_factory(const std::string& kind) {
-  if (kind == "shm") return make_shm_backend_factory(make_local_backend_factory());
-  return kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory();
+std::unique_ptr<TransportPlanner> make_planner(const std::string& kind) {
+  if (kind == "shm") return make_transport_planner(make_local_backend_factory(), {ShmOptions{}});
+  return make_transport_planner(kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory());
 }
 
 std::vector<int> first_ranks(int n) {
@@ -41,7 +43,7 @@ std::vector<int> first_ranks(int n) {
 std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }
 
-using Body = std::function<void(Backend& backend, int global_rank)>;
+using Body = std::function<void(Backend& backend, ControlPlane& control, int global_rank)>;
 
 struct MemberOptions {
   milliseconds timeout = kTimeout;
@@ -49,7 +51,7 @@ struct MemberOptions {
 };
 
 // Runs `body` on one thread per global rank of `members`, each with its own
-// factory and backend over `store`. An exception in any thread fails the test.
+// planner and transports over `store`. An exception in any thread fails the test.
 void run_members(const std::string& kind, const std::vector<int>& members,
                  const std::shared_ptr<Store>& store, const Body& body,
                  MemberOptions options = {}) {
@@ -57,10 +59,10 @@ void run_members(const std::string& kind, const std::vector<int>& members,
   for (int global_rank : members) {
     threads.emplace_back([&, global_rank] {
       try {
-        auto factory = make_factory(kind);
-        auto backend = factory->create(members, global_rank, store, options.timeout);
-        body(*backend, global_rank);
-        if (options.final_barrier) backend->barrier();
+        auto planner = make_planner(kind);
+        SetTransports set = planner->connect(members, global_rank, store, options.timeout);
+        body(*set.backend, *set.control, global_rank);
+        if (options.final_barrier) set.backend->barrier();
       } catch (const std::exception& e) {
         ADD_FAILURE() << kind << " global rank " << global_rank << ": " << e.what();
       }
@@ -102,7 +104,7 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, in
 class BackendCollectives : public BackendParamTest {};
 
 TEST_P(BackendCollectives, AllreduceFloat32SumAndMax) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     const int n = b.size();
     const int r = b.rank();
     std::vector<float> sum(1000);
@@ -119,7 +121,7 @@ TEST_P(BackendCollectives, AllreduceFloat32SumAndMax) {
 }
 
 TEST_P(BackendCollectives, AllreduceInt64Product) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     std::vector<int64_t> values(9);
     // Four factors near 4e4 multiply past 2^53: exact only in integer math.
     auto factor = [](int r, int i) { return int64_t{40000} + 97 * r + i; };
@@ -134,7 +136,7 @@ TEST_P(BackendCollectives, AllreduceInt64Product) {
 }
 
 TEST_P(BackendCollectives, AllreduceFloat16Sum) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     const int n = b.size();
     std::vector<uint16_t> values(8);
     for (int i = 0; i < 8; ++i) values[i] = float_to_fp16(0.5f * (b.rank() + 1) + i);
@@ -146,7 +148,7 @@ TEST_P(BackendCollectives, AllreduceFloat16Sum) {
 }
 
 TEST_P(BackendCollectives, AllgathervConcatenatesUnevenInputsInRankOrder) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     auto count = [](int r) { return r == 1 ? 0 : r + 1; };  // member 1 sends nothing
     std::vector<int32_t> in(count(b.rank()));
     for (size_t j = 0; j < in.size(); ++j) in[j] = 100 * b.rank() + static_cast<int32_t>(j);
@@ -163,7 +165,7 @@ TEST_P(BackendCollectives, AllgathervConcatenatesUnevenInputsInRankOrder) {
 }
 
 TEST_P(BackendCollectives, BroadcastFromEveryRoot) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     for (int root = 0; root < b.size(); ++root) {
       std::vector<int32_t> buf(6, -1);
       if (b.rank() == root) {
@@ -176,7 +178,7 @@ TEST_P(BackendCollectives, BroadcastFromEveryRoot) {
 }
 
 TEST_P(BackendCollectives, AlltoallvDeliversUnevenSplits) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     const int me = b.rank();
     auto count = [](int from, int to) { return (from + to) % 3; };  // includes empty splits
     auto value = [](int from, int to, int k) { return from * 1000 + to * 10 + k; };
@@ -200,7 +202,7 @@ TEST_P(BackendCollectives, AlltoallvDeliversUnevenSplits) {
 
 TEST_P(BackendCollectives, BarrierReleasesNobodyBeforeEveryoneArrives) {
   std::atomic<int> arrived{0};
-  run([&](Backend& b, int) {
+  run([&](Backend& b, ControlPlane& c, int) {
     std::this_thread::sleep_for(milliseconds(20 * b.rank()));
     arrived.fetch_add(1);
     b.barrier();
@@ -225,25 +227,25 @@ TEST_P(BackendStar, StarMessagesArriveWithSenderAndBytes) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 7 + 3);
     return v;
   }();
-  run([&](Backend& b, int) {
+  run([&](Backend& b, ControlPlane& c, int) {
     const int n = b.size();
     if (b.rank() != 0) {
-      auto message = b.receive_control(Clock::now() + kTimeout);
+      auto message = c.receive(Clock::now() + kTimeout);
       ASSERT_TRUE(message.has_value());
       EXPECT_EQ(message->from, 0);
       EXPECT_EQ(text(message->bytes), "to " + std::to_string(b.rank()));
-      b.send_control(0, bytes("from " + std::to_string(b.rank())));
-      b.send_control(0, big);
+      c.send(0, bytes("from " + std::to_string(b.rank())));
+      c.send(0, big);
       if (n >= 3) {  // members talk only to the coordinator
-        EXPECT_THROW(b.send_control(b.rank() == 1 ? 2 : 1, bytes("x")), InvalidArgument);
+        EXPECT_THROW(c.send(b.rank() == 1 ? 2 : 1, bytes("x")), InvalidArgument);
       }
       return;
     }
-    EXPECT_THROW(b.send_control(0, bytes("self")), InvalidArgument);
-    for (int to = 1; to < n; ++to) b.send_control(to, bytes("to " + std::to_string(to)));
+    EXPECT_THROW(c.send(0, bytes("self")), InvalidArgument);
+    for (int to = 1; to < n; ++to) c.send(to, bytes("to " + std::to_string(to)));
     std::map<int, int> seen;  // sender -> messages received so far
     for (int i = 0; i < 2 * (n - 1); ++i) {
-      auto message = b.receive_control(Clock::now() + kTimeout);
+      auto message = c.receive(Clock::now() + kTimeout);
       ASSERT_TRUE(message.has_value());
       ASSERT_GT(message->from, 0);
       ASSERT_LT(message->from, n);
@@ -258,32 +260,32 @@ TEST_P(BackendStar, StarMessagesArriveWithSenderAndBytes) {
 }
 
 TEST_P(BackendControl, WakeEndsABlockedReceive) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     const auto start = Clock::now();
     std::thread waker([&] {
       std::this_thread::sleep_for(milliseconds(50));
-      b.wake();
+      c.wake();
     });
-    auto message = b.receive_control(Clock::now() + std::chrono::seconds(20));
+    auto message = c.receive(Clock::now() + std::chrono::seconds(20));
     waker.join();
     EXPECT_FALSE(message.has_value());
     EXPECT_GE(Clock::now() - start, milliseconds(40));
     EXPECT_LT(Clock::now() - start, milliseconds(3000));
     // A wake that comes before the receive is not lost.
-    b.wake();
+    c.wake();
     const auto again = Clock::now();
-    EXPECT_FALSE(b.receive_control(Clock::now() + std::chrono::seconds(20)).has_value());
+    EXPECT_FALSE(c.receive(Clock::now() + std::chrono::seconds(20)).has_value());
     EXPECT_LT(Clock::now() - again, milliseconds(1000));
   });
 }
 
 TEST_P(BackendControl, DeadlineExpiryReturnsNothing) {
-  run([](Backend& b, int) {
+  run([](Backend& b, ControlPlane& c, int) {
     const auto start = Clock::now();
-    EXPECT_FALSE(b.receive_control(start + milliseconds(100)).has_value());
+    EXPECT_FALSE(c.receive(start + milliseconds(100)).has_value());
     EXPECT_GE(Clock::now() - start, milliseconds(100));
     EXPECT_LT(Clock::now() - start, milliseconds(2000));
-    EXPECT_FALSE(b.receive_control(Clock::now() - milliseconds(1)).has_value());
+    EXPECT_FALSE(c.receive(Clock::now() - milliseconds(1)).has_value());
   });
 }
 
@@ -311,32 +313,32 @@ TEST_P(BackendSets, OverlappingSetsRunConcurrently) {
   for (int g : a_ranks) {
     threads.emplace_back([&, g] {
       try {
-        auto factory = make_factory(kind);
-        auto a = factory->create(a_ranks, g, make_prefix_store("A", base), kTimeout);
-        std::unique_ptr<Backend> b;
-        if (g % 2 == 1) b = factory->create(b_ranks, g, make_prefix_store("B", base), kTimeout);
+        auto planner = make_planner(kind);
+        SetTransports a = planner->connect(a_ranks, g, make_prefix_store("A", base), kTimeout);
+        SetTransports b;
+        if (g % 2 == 1) b = planner->connect(b_ranks, g, make_prefix_store("B", base), kTimeout);
         std::thread side([&] {
-          if (!b) return;
+          if (!b.backend) return;
           for (int it = 0; it < 20; ++it) {
             int64_t v = g * 100 + it;
-            b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+            b.backend->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
             EXPECT_EQ(v, 400 + 2 * it);
-            if (b->rank() == 1) b->send_control(0, bytes("b" + std::to_string(it)));
-            if (b->rank() == 0) {
-              auto m = b->receive_control(Clock::now() + kTimeout);
+            if (b.backend->rank() == 1) b.control->send(0, bytes("b" + std::to_string(it)));
+            if (b.backend->rank() == 0) {
+              auto m = b.control->receive(Clock::now() + kTimeout);
               ASSERT_TRUE(m.has_value());
               EXPECT_EQ(text(m->bytes), "b" + std::to_string(it));
             }
           }
-          b->barrier();
+          b.backend->barrier();
         });
         for (int it = 0; it < 20; ++it) {
           float v = static_cast<float>(g + it);
-          a->allreduce(&v, 1, DataType::kFloat32, ReduceOp::kSum);
+          a.backend->allreduce(&v, 1, DataType::kFloat32, ReduceOp::kSum);
           EXPECT_EQ(v, static_cast<float>(6 + 4 * it));
         }
         side.join();
-        a->barrier();
+        a.backend->barrier();
       } catch (const std::exception& e) {
         ADD_FAILURE() << kind << " global rank " << g << ": " << e.what();
       }
@@ -351,24 +353,24 @@ TEST_P(BackendSets, DestroyedControlPeerIsReportedOnceAfterItsLastMessage) {
     const int stayer = leaver == 5 ? 3 : 5;
     MemberOptions options;
     options.final_barrier = false;
-    run_members(kind, {3, 5}, make_hash_store(), [&](Backend& b, int g) {
+    run_members(kind, {3, 5}, make_hash_store(), [&](Backend& b, ControlPlane& c, int g) {
       b.barrier();
       if (g == leaver) {
-        b.send_control(1 - b.rank(), bytes("goodbye"));
-        return;  // destroys its backend
+        c.send(1 - b.rank(), bytes("goodbye"));
+        return;  // destroys its transports
       }
       EXPECT_EQ(g, stayer);
-      auto last = b.receive_control(Clock::now() + kTimeout);
+      auto last = c.receive(Clock::now() + kTimeout);
       ASSERT_TRUE(last.has_value());
       EXPECT_FALSE(last->closed);
       EXPECT_EQ(text(last->bytes), "goodbye");
-      auto closure = b.receive_control(Clock::now() + kTimeout);
+      auto closure = c.receive(Clock::now() + kTimeout);
       ASSERT_TRUE(closure.has_value());
       EXPECT_TRUE(closure->closed);
       EXPECT_EQ(closure->from, 1 - b.rank());
       EXPECT_TRUE(closure->bytes.empty());
       // Reported once: later receives wait for other news until the deadline.
-      EXPECT_FALSE(b.receive_control(Clock::now() + milliseconds(100)).has_value());
+      EXPECT_FALSE(c.receive(Clock::now() + milliseconds(100)).has_value());
     }, options);
   }
 }
@@ -380,7 +382,7 @@ TEST_P(BackendSets, AbortFromAnotherThreadEndsABlockedCollectiveAtOnce) {
   MemberOptions options;
   options.timeout = milliseconds(60'000);
   options.final_barrier = false;
-  run_members(kind, {0, 1}, make_hash_store(), [&](Backend& b, int g) {
+  run_members(kind, {0, 1}, make_hash_store(), [&](Backend& b, ControlPlane& c, int g) {
     if (g == 1) {
       // Stays out of the collective until rank 0 has aborted; then its own
       // collectives fail at once instead of waiting out the timeout.
@@ -388,7 +390,7 @@ TEST_P(BackendSets, AbortFromAnotherThreadEndsABlockedCollectiveAtOnce) {
       const auto start = Clock::now();
       EXPECT_THROW(b.barrier(), PeerFailure);
       EXPECT_LT(Clock::now() - start, options.timeout);
-      auto message = b.receive_control(Clock::now() + kTimeout);
+      auto message = c.receive(Clock::now() + kTimeout);
       ASSERT_TRUE(message.has_value());
       EXPECT_EQ(text(message->bytes), "still here");
       return;
@@ -407,13 +409,13 @@ TEST_P(BackendSets, AbortFromAnotherThreadEndsABlockedCollectiveAtOnce) {
     EXPECT_NE(again.find("test abort"), std::string::npos) << again;
     b.abort("a second abort changes nothing");
     EXPECT_NE(error_message<PeerFailure>([&] { b.barrier(); }).find("test abort"), std::string::npos);
-    b.send_control(1, bytes("still here"));
+    c.send(1, bytes("still here"));
     aborted.set_value();
   }, options);
 }
 
 TEST_P(BackendSets, CreateGivesUpWhenCancelled) {
-  auto factory = make_factory(GetParam());
+  auto planner = make_planner(GetParam());
   std::atomic<bool> cancelled{false};
   std::thread canceller([&] {
     std::this_thread::sleep_for(milliseconds(200));
@@ -422,13 +424,13 @@ TEST_P(BackendSets, CreateGivesUpWhenCancelled) {
   const auto start = Clock::now();
   const milliseconds timeout(60'000);
   const std::string message = error_message<InvalidArgument>(
-      [&] { factory->create({0, 1}, 0, make_hash_store(), timeout, cancelled); });
+      [&] { planner->connect({0, 1}, 0, make_hash_store(), timeout, cancelled); });
   canceller.join();
   EXPECT_NE(message.find("cancelled"), std::string::npos) << message;
   EXPECT_LT(Clock::now() - start, timeout);
   // A member (not the coordinator) waiting for the coordinator gives up too.
   std::atomic<bool> now{true};
-  EXPECT_THROW(factory->create({0, 1}, 1, make_hash_store(), timeout, now), InvalidArgument);
+  EXPECT_THROW(planner->connect({0, 1}, 1, make_hash_store(), timeout, now), InvalidArgument);
 }
 
 TEST_P(BackendSets, CollectiveTimesOutWhenAMemberNeverArrives) {
@@ -438,7 +440,7 @@ TEST_P(BackendSets, CollectiveTimesOutWhenAMemberNeverArrives) {
   MemberOptions options;
   options.timeout = milliseconds(300);
   options.final_barrier = false;
-  run_members(kind, {0, 1}, make_hash_store(), [&](Backend& b, int g) {
+  run_members(kind, {0, 1}, make_hash_store(), [&](Backend& b, ControlPlane& c, int g) {
     if (g == 1) {
       done.wait();
       return;
@@ -458,9 +460,9 @@ TEST_P(BackendSets, CollectiveFailsWhenAPeerLeaves) {
   const std::string kind = GetParam();
   MemberOptions options;
   options.final_barrier = false;
-  run_members(kind, {2, 7}, make_hash_store(), [&](Backend& b, int g) {
+  run_members(kind, {2, 7}, make_hash_store(), [&](Backend& b, ControlPlane& c, int g) {
     b.barrier();
-    if (g == 7) return;  // destroys its backend
+    if (g == 7) return;  // destroys its transports
     const auto start = Clock::now();
     float v = 1;
     const std::string message = error_message<PeerFailure>(
@@ -472,17 +474,17 @@ TEST_P(BackendSets, CollectiveFailsWhenAPeerLeaves) {
 }
 
 TEST_P(BackendSets, CreateTimesOutWhenAMemberNeverJoins) {
-  auto factory = make_factory(GetParam());
+  auto planner = make_planner(GetParam());
   const auto start = Clock::now();
-  EXPECT_THROW(factory->create({0, 1}, 0, make_hash_store(), milliseconds(200)), Timeout);
+  EXPECT_THROW(planner->connect({0, 1}, 0, make_hash_store(), milliseconds(200)), Timeout);
   EXPECT_GE(Clock::now() - start, milliseconds(150));
   EXPECT_LT(Clock::now() - start, milliseconds(3000));
 }
 
 TEST_P(BackendSets, CreateRejectsANonMember) {
-  auto factory = make_factory(GetParam());
-  EXPECT_THROW(factory->create({0, 1}, 2, make_hash_store(), kTimeout), InvalidArgument);
-  EXPECT_THROW(factory->create({1, 0}, 0, make_hash_store(), kTimeout), InvalidArgument);
+  auto planner = make_planner(GetParam());
+  EXPECT_THROW(planner->connect({0, 1}, 2, make_hash_store(), kTimeout), InvalidArgument);
+  EXPECT_THROW(planner->connect({1, 0}, 0, make_hash_store(), kTimeout), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendSets, ::testing::Values("local", "gloo", "shm"),

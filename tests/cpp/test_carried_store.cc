@@ -17,6 +17,7 @@
 #include "net/codec.h"
 #include "process_set/membership.h"
 #include "store/carried_store.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 
 namespace hora {
@@ -174,7 +175,7 @@ TEST(PublishedProcessSet, AMalformedRecordIsAnErrorNamingItsKey) {
   EXPECT_THROW(published_process_set(*store, {0, 2}, SetOrigin::kAdded, 1, milliseconds(0)), Internal);
 }
 
-// Two ranks as threads over the shared-memory factory: once the job has
+// Two ranks as threads over the shared-memory planner: once the job has
 // started (the global set taught every rank's host), a member of an added
 // set reads the store once, for the set's id, which carries the segment
 // and the lowest member's arrival; the set then works.
@@ -193,7 +194,7 @@ TEST(CarriedStoreRuntime, AMemberOfAnAddedOneHostSetReadsTheStoreOnceForTheId) {
         config.rank = r;
         config.size = 2;
         config.timeout = config.start_timeout = std::chrono::seconds(20);
-        Runtime runtime(config, stores[r], make_shm_backend_factory(make_local_backend_factory(), ShmOptions{}), {});
+        Runtime runtime(config, stores[r], make_transport_planner(make_local_backend_factory(), {ShmOptions{}}), {});
         ++started;
         while (started < 2) std::this_thread::yield();
         stores[r]->forget();

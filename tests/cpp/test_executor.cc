@@ -20,6 +20,7 @@ namespace {
 
 using control::Agreement;
 using testing::FakeAgreement;
+using testing::CountingControl;
 using testing::SoloBackend;
 
 class NeverJoined final : public JoinLedger {
@@ -46,9 +47,9 @@ class ExecutorTest : public ::testing::Test {
     options_.global_ranks = {0};
     auto agreement = std::make_unique<FakeAgreement>(4);
     agreement_ = agreement.get();
-    auto backend = std::make_unique<SoloBackend>();
-    backend_ = backend.get();
-    links_ = std::make_unique<SetLinks>(std::move(backend), std::move(agreement), true);
+    auto control = std::make_unique<CountingControl>();
+    control_ = control.get();
+    links_ = std::make_unique<SetLinks>(std::make_unique<SoloBackend>(), std::move(control), std::move(agreement), true);
     executor_.attach(*links_, cache_, nullptr);
   }
 
@@ -88,7 +89,7 @@ class ExecutorTest : public ::testing::Test {
   Executor executor_{options_, queue_, joins_, telemetry_, stopping_};
   std::shared_ptr<Driver> driver_ = std::make_shared<Driver>(executor_);
   FakeAgreement* agreement_ = nullptr;
-  SoloBackend* backend_ = nullptr;
+  CountingControl* control_ = nullptr;
   std::unique_ptr<SetLinks> links_;
   std::vector<float> data_ = {1, 2, 3, 4};
 };
@@ -123,10 +124,10 @@ TEST_F(ExecutorTest, ACallerLeavesAResponseToTheEngineThread) {
   ASSERT_TRUE(slot);
   agreement_->append_response();  // a response of the coordinator comes first in the log
   executor_.enter(*slot, /*caller_waits=*/true);
-  const int wakes = backend_->wakes;
+  const int wakes = control_->wakes;
   executor_.drive(*work);
   EXPECT_FALSE(work->finished()) << "a caller ran past the response that comes before its op";
-  EXPECT_GT(backend_->wakes, wakes) << "the engine thread was not woken for what is left";
+  EXPECT_GT(control_->wakes, wakes) << "the engine thread was not woken for what is left";
   Response response;
   response.op = OpType::kBarrier;
   executor_.deliver({response});

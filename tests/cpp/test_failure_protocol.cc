@@ -19,6 +19,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using testing::ScriptedBackend;
+using testing::ScriptedControl;
 
 ControlMessage failure_from(int from, FailureMessage::Stage stage, const std::string& reason) {
   return ControlMessage{from, encode(FailureMessage{stage, {}, reason}), false};
@@ -31,9 +32,10 @@ class FailureProtocolTest : public ::testing::Test {
   // The protocol as set rank `rank` runs it.
   void as_rank(int rank) {
     options_ = testing::set_seven(rank);
-    auto backend = std::make_unique<ScriptedBackend>(rank, 3);
-    backend_ = backend.get();
-    links_ = std::make_unique<SetLinks>(std::move(backend));
+    auto control = std::make_unique<ScriptedControl>();
+    backend_ = control.get();
+    auto data = std::make_unique<ScriptedBackend>(rank, 3, *control);
+    links_ = std::make_unique<SetLinks>(SetTransports{std::move(data), std::move(control), nullptr});
     protocol_ = std::make_unique<FailureProtocol>(options_, *links_, stopping_);
   }
   std::vector<FailureMessage> sent_to(int member) const {
@@ -45,7 +47,7 @@ class FailureProtocolTest : public ::testing::Test {
 
   EngineOptions options_;
   std::atomic<bool> stopping_{false};
-  ScriptedBackend* backend_ = nullptr;
+  ScriptedControl* backend_ = nullptr;  // the scripted control plane
   std::unique_ptr<SetLinks> links_;
   std::unique_ptr<FailureProtocol> protocol_;
 };

@@ -12,6 +12,7 @@
 #include "hora/errors.h"
 #include "hora/runtime.h"
 #include "ranks_as_processes.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
 #include "transport/shm/segment.h"
@@ -145,7 +146,7 @@ std::unique_ptr<Runtime> runtime_for(const std::string& dir, int rank, int n, mi
   config.timeout = timeout;
   config.start_timeout = kLimit;
   return std::make_unique<Runtime>(config, std::make_shared<test_support::DirectoryStore>(dir),
-                                   make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1")),
+                                   make_transport_planner(make_gloo_backend_factory("127.0.0.1"), {ShmOptions{}}),
                                    std::vector<std::vector<int>>{});
 }
 

@@ -21,6 +21,7 @@
 
 #include "hora/errors.h"
 #include "hora/runtime.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 
 namespace hora {
@@ -34,9 +35,9 @@ using RankFn = std::function<void(Runtime&)>;
 // takes a census window or two, and sanitizer builds are slow.
 constexpr milliseconds kSlack{20'000};
 
-std::unique_ptr<BackendFactory> make_factory(const std::string& kind) {
-  if (kind == "shm") return make_shm_backend_factory(make_local_backend_factory());
-  return kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory();
+std::unique_ptr<TransportPlanner> make_factory(const std::string& kind) {
+  if (kind == "shm") return make_transport_planner(make_local_backend_factory(), {ShmOptions{}});
+  return make_transport_planner(kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory());
 }
 
 // Runs `fn` on `n` ranks as threads, each with its own Runtime (configured

@@ -15,6 +15,7 @@
 #include "hora/errors.h"
 #include "hora/runtime.h"
 #include "ranks_as_processes.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 #include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/shm_backend.h"
@@ -44,23 +45,32 @@ const Hosts kInterleaved = {"host-a", "host-b", "host-a", "host-b"};  // [0, 2] 
 const Hosts kOneAlone = {"host-a", "host-b", "host-b", "host-b"};     // [0] / [1, 2, 3]
 
 // Slots of 64 KiB, so that the larger messages below take several chunks.
-std::unique_ptr<BackendFactory> factory_for(const Hosts& hosts, int rank) {
-  return make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1"), ShmOptions{true, 64 << 10, hosts[rank]});
+std::unique_ptr<TransportPlanner> factory_for(const Hosts& hosts, int rank) {
+  return make_transport_planner(make_gloo_backend_factory("127.0.0.1"), {ShmOptions{true, 64 << 10, hosts[rank]}});
 }
+
+// One member's transports of a set, used through its data plane (->).
+struct Attached {
+  SetTransports set;
+  Backend* operator->() const { return set.backend.get(); }
+  Backend& operator*() const { return *set.backend; }
+  ControlPlane& control() const { return *set.control; }
+};
 
 // In a forked rank: the backend of the set of every rank over the
 // directory store at `dir`, checked to be hierarchical with shared memory
 // inside each host of two members or more.
-std::unique_ptr<Backend> attach(const std::string& dir, const Hosts& hosts, int rank,
-                                milliseconds timeout = kTimeout) {
+Attached attach(const std::string& dir, const Hosts& hosts, int rank, milliseconds timeout = kTimeout) {
   auto store = make_prefix_store("set", std::make_shared<test_support::DirectoryStore>(dir));
-  auto backend = factory_for(hosts, rank)->create(first_ranks(kRanks), rank, store, timeout);
-  require(hierarchical::is_hierarchical_backend(*backend), "the set did not get a hierarchical backend");
-  const Backend* local = static_cast<HierarchicalBackend&>(*backend).local_part();
+  Attached member{factory_for(hosts, rank)->connect(first_ranks(kRanks), rank, store, timeout)};
+  const Backend& backend = *member.set.backend;
+  require(hierarchical::is_hierarchical_backend(backend), "the set did not get a hierarchical backend");
+  require(member.set.fast_lane == nullptr, "a set across hosts got a fast lane");
+  const Backend* local = static_cast<const HierarchicalBackend&>(backend).local_part();
   const bool alone = std::count(hosts.begin(), hosts.end(), hosts[rank]) == 1;
   require(alone ? local == nullptr : local != nullptr && shm::is_shm_backend(*local),
           "the part inside the host is not shared memory");
-  return backend;
+  return member;
 }
 
 void expect_all_ok(const std::vector<test_support::RankOutcome>& outcomes) {
@@ -259,7 +269,7 @@ TEST(HierarchicalProcesses, KilledMemberFailsTheSetOnEveryHost) {
     }
     if (rank != 0) return;
     for (;;) {
-      auto message = b->receive_control(Clock::now() + milliseconds(2000));
+      auto message = b.control().receive(Clock::now() + milliseconds(2000));
       require(message.has_value(), "no closure reported for rank 3");
       if (message->closed && message->from == 3) break;
     }
@@ -344,7 +354,7 @@ TEST(HierarchicalProcesses, AbortFailsPeersOnEveryHost) {
 enum class Kind { kShm, kHierarchical, kNetwork };
 
 // Ranks as threads over one hash store, the local backend as the network:
-// what each member's factory made, and whether an allreduce through it is
+// what each member's planner chose, and whether an allreduce through it is
 // right.
 std::vector<Kind> chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
   const int n = static_cast<int>(hosts.size());
@@ -354,8 +364,9 @@ std::vector<Kind> chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto factory = make_shm_backend_factory(make_local_backend_factory(), ShmOptions{shm_on[rank], 0, hosts[rank]});
-        auto b = factory->create(first_ranks(n), rank, store, kTimeout);
+        auto planner = make_transport_planner(make_local_backend_factory(), {ShmOptions{shm_on[rank], 0, hosts[rank]}});
+        SetTransports set = planner->connect(first_ranks(n), rank, store, kTimeout);
+        Backend* b = set.backend.get();
         kinds[rank] = shm::is_shm_backend(*b)                        ? Kind::kShm
                       : hierarchical::is_hierarchical_backend(*b) ? Kind::kHierarchical
                                                                    : Kind::kNetwork;

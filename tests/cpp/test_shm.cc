@@ -18,6 +18,7 @@
 #include "hora/runtime.h"
 #include "ranks_as_processes.h"
 #include "store/carried_store.h"
+#include "planner/transport_planner.h"
 #include "transport/backend.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_backend.h"
@@ -38,15 +39,24 @@ std::vector<int> first_ranks(int n) {
   return ranks;
 }
 
-// In a forked rank: a shared-memory backend for global ranks 0..n-1 over
-// the directory store at `dir` (under `prefix`), checked to be one.
-std::unique_ptr<Backend> attach(const std::string& dir, const std::string& prefix, int n, int rank,
-                                milliseconds timeout = kTimeout, ShmOptions options = {}) {
-  auto factory = make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1"), options);
+// One member's transports of a set, used through its data plane (->).
+struct Attached {
+  SetTransports set;
+  Backend* operator->() const { return set.backend.get(); }
+  Backend& operator*() const { return *set.backend; }
+  ControlPlane& control() const { return *set.control; }
+};
+
+// In a forked rank: a shared-memory set for global ranks 0..n-1 over the
+// directory store at `dir` (under `prefix`), checked to be one.
+Attached attach(const std::string& dir, const std::string& prefix, int n, int rank,
+                milliseconds timeout = kTimeout, ShmOptions options = {}) {
+  auto planner = make_transport_planner(make_gloo_backend_factory("127.0.0.1"), {options});
   auto store = make_prefix_store(prefix, std::make_shared<test_support::DirectoryStore>(dir));
-  auto backend = factory->create(first_ranks(n), rank, store, timeout);
-  require(shm::is_shm_backend(*backend), "the set did not get a shared-memory backend");
-  return backend;
+  Attached member{planner->connect(first_ranks(n), rank, store, timeout)};
+  require(shm::is_shm_backend(*member.set.backend), "the set did not get a shared-memory backend");
+  require(member.set.fast_lane != nullptr || n > shm::FastLane::kMaxMembers || n < 2, "the set got no fast lane");
+  return member;
 }
 
 void expect_all_ok(const std::vector<test_support::RankOutcome>& outcomes) {
@@ -250,7 +260,7 @@ TEST(ShmProcesses, TwoSetsOverTheSameRanksRunConcurrently) {
   test_support::TemporaryDirectory dir;
   const int n = 3;
   auto outcomes = run_processes(n, [&](int rank) {
-    std::unique_ptr<Backend> a, b;
+    Attached a, b;
     std::thread make_b([&] { b = attach(dir.path(), "B", n, rank); });
     a = attach(dir.path(), "A", n, rank);
     make_b.join();
@@ -311,7 +321,7 @@ TEST(ShmProcesses, KilledMemberFailsTheSetWithinOneSecond) {
     if (rank != 0) return;
     const auto start = Clock::now();
     for (;;) {
-      auto message = b->receive_control(Clock::now() + milliseconds(2000));
+      auto message = b.control().receive(Clock::now() + milliseconds(2000));
       require(message.has_value(), "no closure reported for rank 1");
       if (message->closed && message->from == 1) break;
     }
@@ -386,7 +396,7 @@ TEST(ShmProcesses, KilledRankFailsTheRuntimesSetWithinOneSecond) {
     config.timeout = milliseconds(60'000);
     config.start_timeout = milliseconds(60'000);
     Runtime runtime(config, std::make_shared<test_support::DirectoryStore>(dir.path()),
-                    make_shm_backend_factory(make_gloo_backend_factory("127.0.0.1")), {});
+                    make_transport_planner(make_gloo_backend_factory("127.0.0.1"), {ShmOptions{}}), {});
     std::vector<float> v(1 << 16, 1.0f);
     OpArgs args;
     args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};
@@ -419,8 +429,8 @@ TEST(ShmProcesses, KilledRankFailsTheRuntimesSetWithinOneSecond) {
 
 // ------------------------------------------------ choice of path, fallback
 
-// Ranks as threads (one hash store): which backend each member's factory
-// made, and whether an allreduce through it is right.
+// Ranks as threads (one hash store): which backend each member's planner
+// chose, and whether an allreduce through it is right.
 std::vector<bool> shm_chosen(int n, const std::function<ShmOptions(int rank)>& options_of) {
   auto store = make_hash_store();
   std::vector<char> chosen(n, 0);  // not vector<bool>: each thread writes its own byte
@@ -428,9 +438,11 @@ std::vector<bool> shm_chosen(int n, const std::function<ShmOptions(int rank)>& o
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto factory = make_shm_backend_factory(make_local_backend_factory(), options_of(rank));
-        auto b = factory->create(first_ranks(n), rank, store, kTimeout);
-        chosen[rank] = shm::is_shm_backend(*b);
+        auto planner = make_transport_planner(make_local_backend_factory(), {options_of(rank)});
+        SetTransports set = planner->connect(first_ranks(n), rank, store, kTimeout);
+        chosen[rank] = shm::is_shm_backend(*set.backend);
+        EXPECT_EQ(set.fast_lane != nullptr, chosen[rank] != 0);
+        Backend* b = set.backend.get();
         int64_t v = rank + 1;
         b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
         EXPECT_EQ(v, n * (n + 1) / 2);
@@ -447,10 +459,10 @@ std::vector<bool> shm_chosen(int n, const std::function<ShmOptions(int rank)>& o
 TEST(ShmChoice, ASetNamingARankBeyondTheJobIsRefusedAtOnce) {
   ShmOptions options;
   options.world_size = 4;
-  auto factory = make_shm_backend_factory(make_local_backend_factory(), options);
+  auto planner = make_transport_planner(make_local_backend_factory(), {options});
   // Refused before any member is awaited (a wait would end in Timeout).
   try {
-    factory->create({0, 9}, 0, make_hash_store(), milliseconds(60'000));
+    planner->connect({0, 9}, 0, make_hash_store(), milliseconds(60'000));
     FAIL() << "a set naming global rank 9 of 4 was made";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("global rank 9 is not in the job's 4 ranks"), std::string::npos) << e.what();
@@ -471,17 +483,17 @@ TEST(ShmChoice, OneMemberWithSharedMemoryOffTurnsItOffForTheSet) {
   EXPECT_EQ(chosen, std::vector<bool>(3, false));
 }
 
-// Factories for ranks 0..n-1 (threads of this process) that have made a
+// Planners for ranks 0..n-1 (threads of this process) that have made a
 // first set together, which taught each the others' host: a later set's
 // rank 0 then makes its segment ahead, in prepare().
-std::vector<std::unique_ptr<BackendFactory>> factories_that_met(int n) {
-  std::vector<std::unique_ptr<BackendFactory>> factories;
-  for (int r = 0; r < n; ++r) factories.push_back(make_shm_backend_factory(make_local_backend_factory(), ShmOptions{}));
+std::vector<std::unique_ptr<TransportPlanner>> factories_that_met(int n) {
+  std::vector<std::unique_ptr<TransportPlanner>> factories;
+  for (int r = 0; r < n; ++r) factories.push_back(make_transport_planner(make_local_backend_factory(), {ShmOptions{}}));
   auto store = make_hash_store();
-  std::vector<std::unique_ptr<Backend>> made(n);
+  std::vector<SetTransports> made(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] { made[r] = factories[r]->create(first_ranks(n), r, store, kTimeout); });
+    threads.emplace_back([&, r] { made[r] = factories[r]->connect(first_ranks(n), r, store, kTimeout); });
   for (auto& t : threads) t.join();
   return factories;
 }
@@ -492,19 +504,20 @@ std::vector<std::unique_ptr<BackendFactory>> factories_that_met(int n) {
 // that left.
 TEST(ShmChoice, AMemberThatAttachedAndLeftBeforeSetRankZeroLookedCountsAsAttached) {
   auto factories = factories_that_met(2);
-  BackendFactory* f0 = factories[0].get();
-  BackendFactory* f1 = factories[1].get();
+  TransportPlanner* f0 = factories[0].get();
+  TransportPlanner* f1 = factories[1].get();
   auto store = make_hash_store();
   std::shared_ptr<void> head = f0->prepare({0, 1}, 0, store);
   ASSERT_NE(head, nullptr);
-  auto gone = f1->create({0, 1}, 1, store, kTimeout);
-  ASSERT_TRUE(shm::is_shm_backend(*gone));
-  gone.reset();  // leaves the set before set rank 0 has looked
+  SetTransports gone = f1->connect({0, 1}, 1, store, kTimeout);
+  ASSERT_TRUE(shm::is_shm_backend(*gone.backend));
+  gone = {};  // leaves the set before set rank 0 has looked
 
   const auto start = Clock::now();
-  auto b = f0->create({0, 1}, 0, store, milliseconds(5'000));
+  SetTransports set = f0->connect({0, 1}, 0, store, milliseconds(5'000));
   EXPECT_LT(Clock::now() - start, milliseconds(2'000));
-  ASSERT_TRUE(shm::is_shm_backend(*b));
+  ASSERT_TRUE(shm::is_shm_backend(*set.backend));
+  Backend* b = set.backend.get();
   try {
     b->barrier();
     ADD_FAILURE() << "a barrier with a member that left completed";
@@ -523,19 +536,19 @@ TEST(ShmChoice, SetRankZeroSeesItsMembersArriveInTheSegment) {
   std::shared_ptr<void> head = factories[0]->prepare({0, 1, 2}, 0, store);
   EXPECT_FALSE(factories[0]->await_arrival(nullptr, milliseconds(50)));
   EXPECT_FALSE(factories[0]->await_arrival(head, milliseconds(50)));  // nobody else yet
-  std::unique_ptr<Backend> b1, b2;
-  std::thread first([&] { b1 = factories[1]->create({0, 1, 2}, 1, store, kTimeout); });
+  SetTransports b1, b2;
+  std::thread first([&] { b1 = factories[1]->connect({0, 1, 2}, 1, store, kTimeout); });
   EXPECT_FALSE(factories[0]->await_arrival(head, milliseconds(50)));  // rank 2 has not come
   std::thread second([&] {
     std::this_thread::sleep_for(milliseconds(20));
-    b2 = factories[2]->create({0, 1, 2}, 2, store, kTimeout);
+    b2 = factories[2]->connect({0, 1, 2}, 2, store, kTimeout);
   });
   EXPECT_TRUE(factories[0]->await_arrival(head, milliseconds(10'000)));
-  auto b0 = factories[0]->create({0, 1, 2}, 0, store, kTimeout);
+  SetTransports b0 = factories[0]->connect({0, 1, 2}, 0, store, kTimeout);
   first.join();
   second.join();
   std::vector<std::thread> threads;
-  std::vector<Backend*> all{b0.get(), b1.get(), b2.get()};
+  std::vector<Backend*> all{b0.backend.get(), b1.backend.get(), b2.backend.get()};
   std::vector<int64_t> sums(3);
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
@@ -549,13 +562,13 @@ TEST(ShmChoice, SetRankZeroSeesItsMembersArriveInTheSegment) {
 
 // A member whose set store holds set rank 0's segment record (carried with
 // the set's id) maps the segment and marks itself attached in prepare(),
-// before create(); without the record it waits for create(). A member that
+// before connect(); without the record it waits for connect(). A member that
 // drops its head start unused (its connection given up) leaves the set, so
 // set rank 0's first op fails at once naming it.
 TEST(ShmChoice, AMemberMapsTheCarriedSegmentInPrepareAndLeavesIfItGivesUp) {
   auto factories = factories_that_met(2);
-  BackendFactory* f0 = factories[0].get();
-  BackendFactory* f1 = factories[1].get();
+  TransportPlanner* f0 = factories[0].get();
+  TransportPlanner* f1 = factories[1].get();
   auto base = make_hash_store();
   auto lowest = std::make_shared<CarriedStore>(base);
   std::shared_ptr<void> head0 = f0->prepare({0, 1}, 0, lowest);
@@ -570,11 +583,11 @@ TEST(ShmChoice, AMemberMapsTheCarriedSegmentInPrepareAndLeavesIfItGivesUp) {
   EXPECT_TRUE(f1->await_arrival(head1, milliseconds(0)));
   EXPECT_TRUE(f0->await_arrival(head0, milliseconds(0)));
 
-  head1.reset();  // rank 1 gives up before create()
-  auto b0 = f0->create({0, 1}, 0, lowest, kTimeout);
-  ASSERT_TRUE(shm::is_shm_backend(*b0));
+  head1.reset();  // rank 1 gives up before connect()
+  SetTransports b0 = f0->connect({0, 1}, 0, lowest, kTimeout);
+  ASSERT_TRUE(shm::is_shm_backend(*b0.backend));
   try {
-    b0->barrier();
+    b0.backend->barrier();
     ADD_FAILURE() << "a barrier with a member that gave up completed";
   } catch (const PeerFailure& e) {
     EXPECT_NE(std::string(e.what()).find("left the process set"), std::string::npos) << e.what();

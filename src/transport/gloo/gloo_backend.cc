@@ -134,15 +134,13 @@ void rethrow_as_hora_error(const std::string& where) {
 }
 
 GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
-                         std::shared_ptr<::gloo::Context> context,
-                         std::unique_ptr<ControlChannel> control, std::chrono::milliseconds timeout,
+                         std::shared_ptr<::gloo::Context> context, std::chrono::milliseconds timeout,
                          const std::vector<std::string>& remote_addresses)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(control::describe_set(global_ranks_)),
+      set_name_(describe_set(global_ranks_)),
       set_store_(std::move(set_store)),
       context_(std::move(context)),
-      control_(std::move(control)),
       timeout_(timeout) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_ || remote_addresses.at(peer).empty() || !context_->getPair(peer)) continue;
@@ -152,7 +150,6 @@ GlooBackend::GlooBackend(std::vector<int> global_ranks, int rank, std::shared_pt
 
 GlooBackend::~GlooBackend() {
   try {
-    control_.reset();  // peers' receive_control now fails with PeerFailure
     context_.reset();  // closes Gloo's connections
   } catch (...) {
     // Destructors never throw; there is nobody left to tell.
@@ -274,15 +271,5 @@ void GlooBackend::barrier() {
     ::gloo::barrier(opts);
   });
 }
-
-void GlooBackend::send_control(int to, const std::vector<uint8_t>& bytes) {
-  control_->send(to, bytes);
-}
-
-std::optional<ControlMessage> GlooBackend::receive_control(Clock::time_point deadline) {
-  return control_->receive(deadline);
-}
-
-void GlooBackend::wake() { control_->wake(); }
 
 }  // namespace hora::gloo_transport

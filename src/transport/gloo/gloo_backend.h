@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "control/control_channel.h"
 #include "transport/backend.h"
 
 namespace gloo {
@@ -18,17 +17,13 @@ class Context;
 
 namespace hora::gloo_transport {
 
-using control::Clock;
-using control::ControlChannel;
-
 // Call inside a catch block: rethrows the exception in flight as a hora
 // error prefixed with `where`. Gloo timeouts become Timeout, every other Gloo
 // or system error PeerFailure; hora errors keep their kind.
 [[noreturn]] void rethrow_as_hora_error(const std::string& where);
 
-// One process set's communicator: data-plane collectives on a Gloo context
-// of its own (so sets never share Gloo connections or slots), control plane
-// on a ControlChannel. Threading is as Backend states. A data-plane failure
+// One process set's data plane: collectives on a Gloo context of its own
+// (so sets never share Gloo connections or slots). Threading is as Backend states. A data-plane failure
 // breaks the backend: Gloo closes the context's connections on a timeout,
 // so every later collective fails fast with PeerFailure. abort() does the
 // same from any thread, the way Gloo's own timeout does: it fails every
@@ -39,8 +34,8 @@ class GlooBackend final : public Backend {
   // `remote_addresses` (by set rank, from remote_connection_addresses) lets
   // abort() find the connections' sockets.
   GlooBackend(std::vector<int> global_ranks, int rank, std::shared_ptr<Store> set_store,
-              std::shared_ptr<::gloo::Context> context, std::unique_ptr<ControlChannel> control,
-              std::chrono::milliseconds timeout, const std::vector<std::string>& remote_addresses);
+              std::shared_ptr<::gloo::Context> context, std::chrono::milliseconds timeout,
+              const std::vector<std::string>& remote_addresses);
   ~GlooBackend() override;
 
   int rank() const override { return rank_; }
@@ -53,9 +48,6 @@ class GlooBackend final : public Backend {
                  const std::vector<size_t>& recv_bytes) override;
   void barrier() override;
 
-  void send_control(int to, const std::vector<uint8_t>& bytes) override;
-  std::optional<ControlMessage> receive_control(Clock::time_point deadline) override;
-  void wake() override;
   void abort(const std::string& reason) override;
 
  private:
@@ -72,7 +64,6 @@ class GlooBackend final : public Backend {
   const std::string set_name_;
   const std::shared_ptr<Store> set_store_;
   std::shared_ptr<::gloo::Context> context_;
-  std::unique_ptr<ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
   // Local and remote address of each Gloo connection, for abort().

@@ -1,5 +1,5 @@
 // make_gloo_backend_factory: one Gloo TCP device per process, one Gloo
-// context and one control channel per process set.
+// context per process set.
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
@@ -8,7 +8,6 @@
 #include <csignal>
 #include <mutex>
 
-#include "control/control_channel.h"
 #include "hora/errors.h"
 #include "transport/backend.h"
 #include "transport/gloo/connection_names.h"
@@ -18,21 +17,7 @@
 namespace hora {
 namespace {
 
-using control::ControlChannel;
 using gloo_transport::GlooBackend;
-
-int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
-  if (global_ranks.empty() || !std::is_sorted(global_ranks.begin(), global_ranks.end()) ||
-      std::adjacent_find(global_ranks.begin(), global_ranks.end()) != global_ranks.end()) {
-    throw InvalidArgument("gloo backend: a process set's global ranks must be sorted and distinct");
-  }
-  auto it = std::lower_bound(global_ranks.begin(), global_ranks.end(), my_global_rank);
-  if (it == global_ranks.end() || *it != my_global_rank) {
-    throw InvalidArgument("gloo backend: global rank " + std::to_string(my_global_rank) +
-                          " is not a member of the process set");
-  }
-  return static_cast<int>(it - global_ranks.begin());
-}
 
 // Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that dies
 // mid-collective would kill this process with SIGPIPE instead of failing
@@ -68,9 +53,9 @@ class GlooBackendFactory final : public BackendFactory {
   std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
                                   std::shared_ptr<Store> set_store, std::chrono::milliseconds timeout,
                                   const std::atomic<bool>& cancelled) override {
-    const int rank = set_rank_of(global_ranks, my_global_rank);
+    const int rank = set_rank_of(global_ranks, my_global_rank, "gloo backend");
     if (!set_store) throw InvalidArgument("gloo backend: the set store is null");
-    const std::string set_name = control::describe_set(global_ranks);
+    const std::string set_name = describe_set(global_ranks);
     auto context = std::make_shared<::gloo::rendezvous::Context>(
         rank, static_cast<int>(global_ranks.size()));
     context->setTimeout(timeout);
@@ -82,8 +67,6 @@ class GlooBackendFactory final : public BackendFactory {
     } catch (...) {
       gloo_transport::rethrow_as_hora_error(set_name + ": connecting gloo");
     }
-    auto control = ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout,
-                                           cancelled);
     // Nobody returns before every member has finished connecting: a member
     // that left right after its own connectFullMesh would otherwise break
     // the connection step of a slower one. After it, every member's
@@ -98,7 +81,7 @@ class GlooBackendFactory final : public BackendFactory {
     const std::vector<std::string> remote =
         gloo_transport::remote_connection_addresses(*set_store, rank, static_cast<int>(global_ranks.size()));
     return std::make_unique<GlooBackend>(global_ranks, rank, std::move(set_store), std::move(context),
-                                         std::move(control), timeout, remote);
+                                         timeout, remote);
   }
 
  private:

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "control/control_channel.h"
 #include "hora/errors.h"
 
 namespace hora::hierarchical {
@@ -31,7 +30,7 @@ size_t sum(const std::vector<size_t>& sizes) { return std::accumulate(sizes.begi
 HierarchicalBackend::HierarchicalBackend(std::vector<int> global_ranks, int rank, HostLayout layout, Parts parts)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(control::describe_set(global_ranks_)),
+      set_name_(describe_set(global_ranks_)),
       layout_(std::move(layout)),
       host_(layout_.host_of.at(rank_)),
       parts_(std::move(parts)) {
@@ -182,15 +181,5 @@ void HierarchicalBackend::barrier() {
     if (parts_.local) parts_.local->barrier();
   });
 }
-
-void HierarchicalBackend::send_control(int to, const std::vector<uint8_t>& bytes) {
-  parts_.whole->send_control(to, bytes);
-}
-
-std::optional<ControlMessage> HierarchicalBackend::receive_control(std::chrono::steady_clock::time_point deadline) {
-  return parts_.whole->receive_control(deadline);
-}
-
-void HierarchicalBackend::wake() { parts_.whole->wake(); }
 
 }  // namespace hora::hierarchical

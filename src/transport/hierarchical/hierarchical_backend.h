@@ -1,6 +1,7 @@
-// The communicator of one process set whose members run on several hosts,
+// The data plane of one process set whose members run on several hosts,
 // some of them sharing one: a composition of two backends, one inside each
-// host and one between hosts, never a copy of their collectives.
+// host and one between hosts, never a copy of their collectives. It names
+// no transport: planner/ makes the parts and composes them.
 #pragma once
 
 #include <atomic>
@@ -37,7 +38,7 @@ bool worth_composing(const HostLayout& layout);
 
 // The backends a HierarchicalBackend is composed of.
 struct Parts {
-  std::unique_ptr<Backend> whole;    // every member, set ranks: control plane and alltoallv
+  std::unique_ptr<Backend> whole;    // every member, set ranks: alltoallv
   std::unique_ptr<Backend> local;    // this host's members, local ranks; null when alone on its host
   std::unique_ptr<Backend> leaders;  // one member per host, host numbers; null unless a leader
 };
@@ -56,15 +57,12 @@ struct Parts {
 // - barrier: local, leaders, local again (nobody leaves before every host
 //   has arrived);
 // - alltoallv goes over `whole`: most of its blocks cross hosts anyway.
-// The control plane is a star between set rank 0 and every member, which
-// the parts above do not give (a member of another host is reached by
-// neither `local` nor, unless a leader, `leaders`), so it runs on `whole`.
+// The set's control plane is planner/'s TCP star over every member.
 //
 // Threading is as Backend states. A part that fails (a dead peer, a
 // timeout) breaks the whole set: every part is aborted, so members blocked
 // in another part fail now instead of at their timeout, and later
-// collectives fail at once. abort() aborts every part; the control plane
-// keeps working.
+// collectives fail at once. abort() aborts every part.
 class HierarchicalBackend final : public Backend {
  public:
   HierarchicalBackend(std::vector<int> global_ranks, int rank, HostLayout layout, Parts parts);
@@ -79,9 +77,6 @@ class HierarchicalBackend final : public Backend {
                  const std::vector<size_t>& recv_bytes) override;
   void barrier() override;
 
-  void send_control(int to, const std::vector<uint8_t>& bytes) override;
-  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point deadline) override;
-  void wake() override;
   void abort(const std::string& reason) override;
 
   const HostLayout& layout() const { return layout_; }

@@ -1,17 +1,12 @@
 // The local backend: the members of a process set are threads of one
 // process and exchange data by reading each other's buffers. It exists so
 // the coordinator can be tested without sockets; see local_rendezvous.h.
-#include <unistd.h>
-
 #include <algorithm>
-#include <charconv>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "core/reduce.h"
 #include "hora/errors.h"
-#include "store/cancellable_wait.h"
+#include "store/in_process_join.h"
 #include "transport/backend.h"
 #include "transport/local/local_rendezvous.h"
 
@@ -22,99 +17,25 @@ using Clock = std::chrono::steady_clock;
 using local::LocalRendezvous;
 using local::Post;
 
-// Process-wide table from the id a set's first member publishes in the
-// set's store to that set's rendezvous. Entries expire with their set.
-class RendezvousRegistry {
- public:
-  static RendezvousRegistry& instance() {
-    static RendezvousRegistry registry;
-    return registry;
-  }
-
-  uint64_t add(const std::shared_ptr<LocalRendezvous>& rendezvous) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(entries_, [](const auto& entry) { return entry.second.expired(); });
-    entries_[++last_id_] = rendezvous;
-    return last_id_;
-  }
-
-  std::shared_ptr<LocalRendezvous> find(uint64_t id) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(id);
-    return it == entries_.end() ? nullptr : it->second.lock();
-  }
-
- private:
-  std::mutex mutex_;
-  uint64_t last_id_ = 0;
-  std::map<uint64_t, std::weak_ptr<LocalRendezvous>> entries_;
-};
-
-std::vector<uint8_t> encode_id(uint64_t id) {
-  const std::string text = std::to_string(getpid()) + ":" + std::to_string(id);
-  return {text.begin(), text.end()};
-}
-
-uint64_t decode_id(const std::vector<uint8_t>& value) {
-  const char* begin = reinterpret_cast<const char*>(value.data());
-  const char* end = begin + value.size();
-  long pid = 0;
-  uint64_t id = 0;
-  auto [colon, pid_error] = std::from_chars(begin, end, pid);
-  if (pid_error != std::errc() || colon == end || *colon != ':' ||
-      std::from_chars(colon + 1, end, id).ec != std::errc()) {
-    throw Internal("local backend: malformed rendezvous id in the set store");
-  }
-  if (pid != getpid()) {
-    throw InvalidArgument("local backend: the members of a process set must be threads of "
-                          "one process");
-  }
-  return id;
-}
-
 // Finds the rendezvous of this creation round of the set, or makes it when
 // this member is the round's first. Members of one round share a ticket
 // block from a counter in the set's store.
 std::shared_ptr<LocalRendezvous> join(Store& store, const std::vector<int>& global_ranks,
                                       std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) {
-  const int64_t size = static_cast<int64_t>(global_ranks.size());
-  const int64_t ticket = store.add("local/join", 1) - 1;
-  const std::string key = "local/rendezvous/" + std::to_string(ticket / size);
-  if (ticket % size == 0) {
-    auto rendezvous = std::make_shared<LocalRendezvous>(global_ranks);
-    store.set(key, encode_id(RendezvousRegistry::instance().add(rendezvous)));
-    return rendezvous;
-  }
-  auto rendezvous = RendezvousRegistry::instance().find(decode_id(
-      get_unless_cancelled(store, key, timeout, cancelled, BackendFactory::kCancelPoll, "local backend")));
-  if (!rendezvous) {
-    throw Timeout("local backend: the other members of the process set gave up waiting");
-  }
+  auto rendezvous = std::static_pointer_cast<LocalRendezvous>(join_in_process(
+      store, "local", static_cast<int64_t>(global_ranks.size()),
+      [&] { return std::make_shared<LocalRendezvous>(global_ranks); }, timeout, cancelled, "local backend"));
   if (rendezvous->global_ranks() != global_ranks) {
     throw InvalidArgument("local backend: members disagree on the process set's ranks");
   }
   return rendezvous;
 }
 
-int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank) {
-  if (global_ranks.empty() || !std::is_sorted(global_ranks.begin(), global_ranks.end()) ||
-      std::adjacent_find(global_ranks.begin(), global_ranks.end()) != global_ranks.end()) {
-    throw InvalidArgument("backend: a process set's global ranks must be sorted and distinct");
-  }
-  auto it = std::lower_bound(global_ranks.begin(), global_ranks.end(), my_global_rank);
-  if (it == global_ranks.end() || *it != my_global_rank) {
-    throw InvalidArgument("backend: global rank " + std::to_string(my_global_rank) +
-                          " is not a member of the process set");
-  }
-  return static_cast<int>(it - global_ranks.begin());
-}
-
 void copy_bytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memmove(to, from, bytes);
 }
 
-// One member's communicator. Called by its engine thread (data plane and
-// receive_control) and by any thread (send_control, wake).
+// One member's data plane. Called by one thread at a time (abort() by any).
 class LocalBackend final : public Backend {
  public:
   LocalBackend(std::shared_ptr<LocalRendezvous> rendezvous, int rank,
@@ -184,16 +105,6 @@ class LocalBackend final : public Backend {
 
   void barrier() override { rendezvous_->arrive(rank_, Clock::now() + timeout_); }
 
-  void send_control(int to, const std::vector<uint8_t>& bytes) override {
-    rendezvous_->send_control(rank_, to, bytes);
-  }
-
-  std::optional<ControlMessage> receive_control(Clock::time_point deadline) override {
-    return rendezvous_->receive_control(rank_, deadline);
-  }
-
-  void wake() override { rendezvous_->wake(rank_); }
-
   void abort(const std::string& reason) override { rendezvous_->abort(reason); }
 
  private:
@@ -244,7 +155,7 @@ class LocalBackendFactory final : public BackendFactory {
   std::unique_ptr<Backend> create(const std::vector<int>& global_ranks, int my_global_rank,
                                   std::shared_ptr<Store> set_store, std::chrono::milliseconds timeout,
                                   const std::atomic<bool>& cancelled) override {
-    const int rank = set_rank_of(global_ranks, my_global_rank);
+    const int rank = set_rank_of(global_ranks, my_global_rank, "backend");
     if (!set_store) throw InvalidArgument("local backend: the set store is null");
     const auto deadline = Clock::now() + timeout;
     auto rendezvous = join(*set_store, global_ranks, timeout, cancelled);

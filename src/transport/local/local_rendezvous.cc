@@ -22,11 +22,7 @@ LocalRendezvous::LocalRendezvous(std::vector<int> global_ranks)
     : global_ranks_(std::move(global_ranks)),
       arrived_(global_ranks_.size(), false),
       departed_(global_ranks_.size(), false),
-      posts_(global_ranks_.size()),
-      inbox_changed_(global_ranks_.size()),
-      inboxes_(global_ranks_.size()),
-      woken_(global_ranks_.size(), false),
-      departure_reported_(global_ranks_.size() * global_ranks_.size(), false) {}
+      posts_(global_ranks_.size()) {}
 
 std::string LocalRendezvous::describe() const {
   return "local process set " + format_ranks(global_ranks_);
@@ -53,7 +49,6 @@ void LocalRendezvous::detach(int rank) noexcept {
     departed_[rank] = true;
   }
   phase_done_.notify_all();
-  for (auto& cv : inbox_changed_) cv.notify_all();
 }
 
 std::vector<Post> LocalRendezvous::publish(int rank, Post post, Clock::time_point deadline) {
@@ -130,61 +125,6 @@ void LocalRendezvous::break_locked(bool timed_out, const std::string& why) {
   phase_done_.notify_all();
   if (timed_out) throw Timeout(broken_reason_);
   throw PeerFailure(broken_reason_);
-}
-
-int LocalRendezvous::unreported_departure_locked(int rank) const {
-  for (int r = 0; r < size(); ++r) {
-    const bool is_peer = rank == 0 ? r != 0 : r == 0;
-    if (is_peer && departed_[r] && !departure_reported_[rank * size() + r]) return r;
-  }
-  return -1;
-}
-
-void LocalRendezvous::send_control(int from, int to, std::vector<uint8_t> bytes) {
-  if (to < 0 || to >= size() || to == from || (from != 0 && to != 0)) {
-    throw InvalidArgument(describe() + ": set rank " + std::to_string(from) +
-                          " cannot send a control message to set rank " + std::to_string(to));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (departed_[to]) {
-      throw PeerFailure(describe() + ": control connection to global rank " +
-                        std::to_string(global_ranks_[to]) + " closed");
-    }
-    inboxes_[to].push_back(ControlMessage{from, std::move(bytes)});
-  }
-  inbox_changed_[to].notify_all();
-}
-
-std::optional<ControlMessage> LocalRendezvous::receive_control(int rank,
-                                                               Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto& inbox = inboxes_[rank];
-  inbox_changed_[rank].wait_until(lock, deadline, [&] {
-    return !inbox.empty() || woken_[rank] || unreported_departure_locked(rank) >= 0;
-  });
-  if (!inbox.empty()) {
-    ControlMessage message = std::move(inbox.front());
-    inbox.pop_front();
-    return message;
-  }
-  if (woken_[rank]) {
-    woken_[rank] = false;
-    return std::nullopt;
-  }
-  if (const int gone = unreported_departure_locked(rank); gone >= 0) {
-    departure_reported_[rank * size() + gone] = true;
-    return ControlMessage{gone, {}, true};
-  }
-  return std::nullopt;
-}
-
-void LocalRendezvous::wake(int rank) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    woken_[rank] = true;
-  }
-  inbox_changed_[rank].notify_all();
 }
 
 }  // namespace hora::local

@@ -5,9 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +27,8 @@ struct Post {
 // its buffers, each member then reads what it needs straight from the
 // others' memory, and release() blocks until every member is done reading,
 // so no buffer is reused while a peer still reads it. Both phases block on a
-// condition variable with a generation counter. The control plane is one
-// inbox per member. Every member's LocalBackend holds a shared_ptr; all
+// condition variable with a generation counter. Every member's LocalBackend
+// holds a shared_ptr; all
 // methods are thread-safe. A timeout, a departed member or abort() breaks
 // the data plane: every later collective throws PeerFailure.
 class LocalRendezvous {
@@ -59,10 +57,6 @@ class LocalRendezvous {
   // later ones throw PeerFailure naming `reason`.
   void abort(const std::string& reason);
 
-  void send_control(int from, int to, std::vector<uint8_t> bytes);
-  std::optional<ControlMessage> receive_control(int rank, Clock::time_point deadline);
-  void wake(int rank);
-
  private:
   void arrive_locked(std::unique_lock<std::mutex>& lock, int rank, Clock::time_point deadline,
                      const std::atomic<bool>* cancelled = nullptr);
@@ -70,9 +64,6 @@ class LocalRendezvous {
   [[noreturn]] void break_locked(bool timed_out, const std::string& why);
   // Global ranks of members that have not arrived in the current phase.
   std::vector<int> missing_locked() const;
-  // A departed member that `rank`'s control plane talks to and whose
-  // departure `rank` has not been told of, as a set rank, or -1.
-  int unreported_departure_locked(int rank) const;
   std::string describe() const;
 
   const std::vector<int> global_ranks_;
@@ -85,12 +76,6 @@ class LocalRendezvous {
   std::vector<Post> posts_;
   bool broken_ = false;
   std::string broken_reason_;
-
-  std::vector<std::condition_variable> inbox_changed_;
-  std::vector<std::deque<ControlMessage>> inboxes_;
-  std::vector<bool> woken_;
-  // departure_reported_[receiver * size + departed]
-  std::vector<bool> departure_reported_;
 };
 
 }  // namespace hora::local

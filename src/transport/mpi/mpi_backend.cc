@@ -99,24 +99,16 @@ MPI_Op MpiReductions::op(DataType dtype, ReduceOp op) const {
 }
 
 MpiBackend::MpiBackend(std::vector<int> global_ranks, int rank, OwnedCommunicator comm,
-                       std::shared_ptr<const MpiReductions> reductions,
-                       std::unique_ptr<control::ControlChannel> control,
-                       std::chrono::milliseconds timeout)
+                       std::shared_ptr<const MpiReductions> reductions, std::chrono::milliseconds timeout)
     : global_ranks_(std::move(global_ranks)),
       rank_(rank),
-      set_name_(control::describe_set(global_ranks_)),
+      set_name_(describe_set(global_ranks_)),
       comm_(std::move(comm)),
       reductions_(std::move(reductions)),
-      control_(std::move(control)),
       timeout_(timeout) {}
 
 MpiBackend::~MpiBackend() {
   if (request_abandoned_) comm_.keep_forever();
-  try {
-    control_.reset();  // peers' receive_control now reports the closure
-  } catch (...) {
-    // Destructors never throw; there is nobody left to tell.
-  }
 }
 
 void MpiBackend::abort(const std::string& reason) {
@@ -266,13 +258,5 @@ void MpiBackend::barrier() {
   if (size() == 1) return;
   run("barrier", [] {});  // the arrival barrier is the whole barrier
 }
-
-void MpiBackend::send_control(int to, const std::vector<uint8_t>& bytes) { control_->send(to, bytes); }
-
-std::optional<ControlMessage> MpiBackend::receive_control(std::chrono::steady_clock::time_point deadline) {
-  return control_->receive(deadline);
-}
-
-void MpiBackend::wake() { control_->wake(); }
 
 }  // namespace hora::mpi_transport

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "control/control_channel.h"
 #include "transport/backend.h"
 #include "transport/mpi/mpi_world.h"
 
@@ -37,10 +36,10 @@ class MpiReductions {
   std::array<std::array<MPI_Op, 4>, 3> hora_ops_{};
 };
 
-// One process set's communicator: collectives on an MPI communicator of its
-// own (made by the members alone, MPI_Comm_create_group), control plane on a
-// ControlChannel (TCP, so the engine can sleep in poll(2) instead of
-// spinning in MPI). Threading is as Backend states; MPI runs with
+// One process set's data plane: collectives on an MPI communicator of its
+// own (made by the members alone, MPI_Comm_create_group); its control plane
+// is the TCP star planner/ gives every network set, so the engine sleeps in
+// poll(2) instead of spinning in MPI. Threading is as Backend states; MPI runs with
 // MPI_THREAD_MULTIPLE, so sets progress side by side.
 //
 // A blocking MPI collective cannot be interrupted or timed out, so each one
@@ -53,8 +52,7 @@ class MpiReductions {
 class MpiBackend final : public Backend {
  public:
   MpiBackend(std::vector<int> global_ranks, int rank, OwnedCommunicator comm,
-             std::shared_ptr<const MpiReductions> reductions,
-             std::unique_ptr<control::ControlChannel> control, std::chrono::milliseconds timeout);
+             std::shared_ptr<const MpiReductions> reductions, std::chrono::milliseconds timeout);
   ~MpiBackend() override;
 
   int rank() const override { return rank_; }
@@ -67,9 +65,6 @@ class MpiBackend final : public Backend {
                  const std::vector<size_t>& recv_bytes) override;
   void barrier() override;
 
-  void send_control(int to, const std::vector<uint8_t>& bytes) override;
-  std::optional<ControlMessage> receive_control(std::chrono::steady_clock::time_point deadline) override;
-  void wake() override;
   void abort(const std::string& reason) override;
 
  private:
@@ -90,7 +85,6 @@ class MpiBackend final : public Backend {
   const std::string set_name_;
   OwnedCommunicator comm_;  // MPI_COMM_NULL for a set of one
   const std::shared_ptr<const MpiReductions> reductions_;
-  std::unique_ptr<control::ControlChannel> control_;
   const std::chrono::milliseconds timeout_;
   std::string broken_;  // the first data-plane failure (engine thread only)
   bool request_abandoned_ = false;  // a barrier still pending on comm_ (engine thread only)
@@ -99,11 +93,10 @@ class MpiBackend final : public Backend {
   std::string abort_reason_;  // guarded by abort_mutex_
 };
 
-// Makes MpiBackends over `world`; control channels listen on `hostname`.
-// `job_store` (the job's store, not a set's) hands out the tags that keep
+// Makes MpiBackends over `world`. `job_store` (the job's store, not a set's) hands out the tags that keep
 // concurrent MPI_Comm_create_group calls apart. create() may run on several
 // threads at once, one per process set being built.
 std::unique_ptr<BackendFactory> make_mpi_backend_factory(std::shared_ptr<const MpiWorld> world,
-                                                         std::shared_ptr<Store> job_store, std::string hostname);
+                                                         std::shared_ptr<Store> job_store);
 
 }  // namespace hora::mpi_transport

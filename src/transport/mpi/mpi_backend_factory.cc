@@ -1,5 +1,5 @@
-// make_mpi_backend_factory: one MPI communicator and one control channel per
-// process set, made by the set's members only.
+// make_mpi_backend_factory: one MPI communicator per process set, made by
+// the set's members only.
 #include <algorithm>
 
 #include "hora/errors.h"
@@ -9,17 +9,15 @@
 namespace hora::mpi_transport {
 namespace {
 
-using control::ControlChannel;
-
 constexpr char kTagCounterKey[] = "mpi/communicator_tags";  // in the job's store
 constexpr char kTagKey[] = "mpi/tag";                        // in the set's store
+constexpr char kArrivedKey[] = "mpi/arrived/";               // + set rank, in the set's store
 
 class MpiBackendFactory final : public BackendFactory {
  public:
-  MpiBackendFactory(std::shared_ptr<const MpiWorld> world, std::shared_ptr<Store> job_store, std::string hostname)
+  MpiBackendFactory(std::shared_ptr<const MpiWorld> world, std::shared_ptr<Store> job_store)
       : world_(std::move(world)),
         job_store_(std::move(job_store)),
-        hostname_(std::move(hostname)),
         reductions_(std::make_shared<const MpiReductions>()) {}
 
   std::string name() const override { return "mpi"; }
@@ -30,20 +28,15 @@ class MpiBackendFactory final : public BackendFactory {
                                   const std::atomic<bool>& cancelled) override {
     const int rank = set_rank_of(global_ranks, my_global_rank);
     if (!set_store) throw InvalidArgument("mpi backend: the set store is null");
-    const std::string set_name = control::describe_set(global_ranks);
+    const std::string set_name = describe_set(global_ranks);
     OwnedCommunicator comm;
-    std::unique_ptr<ControlChannel> control;
-    if (global_ranks.size() == 1) {
-      control = ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout, cancelled);
-    } else {
-      const int tag = agree_tag(rank, *set_store, timeout, cancelled, set_name);
-      // Once the star is connected every member is here, so the MPI call
-      // below, which cannot time out, finds them all.
-      control = ControlChannel::connect(global_ranks, rank, set_name, hostname_, *set_store, timeout, cancelled);
+    if (global_ranks.size() > 1) {
+      // Set rank 0 hands out the tag once every member has arrived, so the
+      // MPI call below, which cannot time out, finds them all.
+      const int tag = agree_tag(global_ranks, rank, *set_store, timeout, cancelled, set_name);
       comm = create_communicator(global_ranks, tag, set_name);
     }
-    return std::make_unique<MpiBackend>(global_ranks, rank, std::move(comm), reductions_, std::move(control),
-                                        timeout);
+    return std::make_unique<MpiBackend>(global_ranks, rank, std::move(comm), reductions_, timeout);
   }
 
  private:
@@ -63,17 +56,22 @@ class MpiBackendFactory final : public BackendFactory {
   }
 
   // Concurrent MPI_Comm_create_group calls on one communicator must differ
-  // in tag. Set rank 0 draws the next one from a job-wide counter and
-  // publishes it for the others.
-  int agree_tag(int rank, Store& set_store, std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled,
-                const std::string& set_name) {
+  // in tag. Every other member announces its arrival; set rank 0 waits for
+  // them all, draws the next tag from a job-wide counter and publishes it.
+  int agree_tag(const std::vector<int>& global_ranks, int rank, Store& set_store, std::chrono::milliseconds timeout,
+                const std::atomic<bool>& cancelled, const std::string& set_name) {
     if (rank == 0) {
+      std::vector<std::string> arrivals;
+      for (size_t r = 1; r < global_ranks.size(); ++r) arrivals.push_back(kArrivedKey + std::to_string(r));
+      wait_unless_cancelled(set_store, arrivals, timeout, cancelled, kCancelPoll,
+                            set_name + ": waiting for the members to create the MPI communicator");
       const int64_t drawn = job_store_->add(kTagCounterKey, 1);
       const int tag = static_cast<int>(drawn % std::max(world_->tag_upper_bound(), 1));
       const std::string text = std::to_string(tag);
       set_store.set(kTagKey, std::vector<uint8_t>(text.begin(), text.end()));
       return tag;
     }
+    set_store.set(kArrivedKey + std::to_string(rank), std::vector<uint8_t>{1});
     const std::vector<uint8_t> value =
         get_unless_cancelled(set_store, kTagKey, timeout, cancelled, kCancelPoll, set_name + ": creating the MPI communicator");
     return stored_int32(value, kTagKey);
@@ -95,15 +93,14 @@ class MpiBackendFactory final : public BackendFactory {
 
   const std::shared_ptr<const MpiWorld> world_;
   const std::shared_ptr<Store> job_store_;
-  const std::string hostname_;
   const std::shared_ptr<const MpiReductions> reductions_;
 };
 
 }  // namespace
 
 std::unique_ptr<BackendFactory> make_mpi_backend_factory(std::shared_ptr<const MpiWorld> world,
-                                                         std::shared_ptr<Store> job_store, std::string hostname) {
-  return std::make_unique<MpiBackendFactory>(std::move(world), std::move(job_store), std::move(hostname));
+                                                         std::shared_ptr<Store> job_store) {
+  return std::make_unique<MpiBackendFactory>(std::move(world), std::move(job_store));
 }
 
 }  // namespace hora::mpi_transport

@@ -108,7 +108,7 @@ JobTransport open_job(RuntimeConfig config) {
   JobTransport job;
   job.store = bootstrap_store(*world, config.hostname);
   if (config.backend == "mpi") {
-    job.factory = make_mpi_backend_factory(world, job.store, config.hostname);
+    job.factory = make_mpi_backend_factory(world, job.store);
   } else {
     job.factory = make_gloo_backend_factory(config.hostname);
   }

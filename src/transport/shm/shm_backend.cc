@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "control/control_channel.h"
 #include "hora/errors.h"
 
 namespace hora::shm {
@@ -16,72 +15,21 @@ std::atomic_ref<T> shared(const Segment& segment, uint64_t offset) {
 
 }  // namespace
 
-ShmBackend::ShmBackend(std::vector<int> global_ranks, int rank, Segment segment, std::chrono::milliseconds timeout,
-                       ShmTuning tuning)
-    : global_ranks_(std::move(global_ranks)),
-      rank_(rank),
-      set_name_(control::describe_set(global_ranks_)),
-      segment_(std::move(segment)),
-      timeout_(timeout),
-      tuning_(tuning),
-      seen_gone_(global_ranks_.size(), false),
-      inboxes_(global_ranks_.size()) {
-  const SegmentLayout& layout = segment_.layout();
-  if (layout.ranks != global_ranks_.size()) throw Internal(set_name_ + ": segment for the wrong number of members");
-  std::vector<pid_t> pids;
-  for (int r = 0; r < size(); ++r) {
-    const uint64_t area = layout.member_offset(static_cast<uint32_t>(r));
-    bells_.push_back(member_bell(segment_, r));
-    data_bells_.push_back(member_data_bell(segment_, r));
-    const int32_t pid = shared<int32_t>(segment_, area + field::kPid).load(std::memory_order_acquire);
-    if (pid <= 0) throw Internal(set_name_ + ": member " + std::to_string(r) + " published no process id");
-    pids.push_back(pid);
-    send_mutexes_.push_back(std::make_unique<std::mutex>());
-  }
-  peers_ = PeerWatch(pids);
-  seats_ = member_seats(segment_, rank_);
-  if (FastLane::supports(size())) lane_.emplace(segment_, rank_, size(), bells_, seats_, tuning_.spin);
-  for (int r = 0; r < size(); ++r) {
-    if (r != rank_ && (rank_ == 0 || r == 0)) inboxes_[r].peer = r;
-  }
-}
-
-ShmBackend::~ShmBackend() { mark_departed(segment_, rank_); }
+ShmBackend::ShmBackend(std::shared_ptr<Attachment> member)
+    : member_(std::move(member)),
+      global_ranks_(member_->global_ranks),
+      rank_(member_->rank),
+      set_name_(member_->set_name),
+      segment_(member_->segment),
+      timeout_(member_->timeout),
+      tuning_(member_->tuning),
+      bells_(member_->bells),
+      data_bells_(member_->data_bells),
+      seats_(member_->seats),
+      peers_(member_->peers),
+      seen_gone_(global_ranks_.size(), false) {}
 
 bool is_shm_backend(const Backend& backend) { return dynamic_cast<const ShmBackend*>(&backend) != nullptr; }
-
-Doorbell member_bell(const Segment& segment, int member) {
-  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
-  return Doorbell(segment.field_at<uint32_t>(area + field::kBell), segment.field_at<uint32_t>(area + field::kSleepers));
-}
-
-Seats member_seats(const Segment& segment, int rank) {
-  std::vector<uint32_t*> words;
-  for (uint32_t r = 0; r < segment.layout().ranks; ++r)
-    words.push_back(segment.field_at<uint32_t>(segment.layout().member_offset(r) + field::kSeat));
-  return Seats(std::move(words), rank);
-}
-
-Doorbell member_data_bell(const Segment& segment, int member) {
-  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
-  return Doorbell(segment.field_at<uint32_t>(area + field::kDataBell),
-                  segment.field_at<uint32_t>(area + field::kDataSleepers));
-}
-
-void mark_departed(const Segment& segment, int member) {
-  const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(member));
-  shared<uint32_t>(segment, area + field::kState).store(kDeparted, std::memory_order_release);
-  for (int r = 0; r < static_cast<int>(segment.layout().ranks); ++r) {
-    if (r == member) continue;
-    member_bell(segment, r).ring();
-    member_data_bell(segment, r).ring();
-  }
-}
-
-Clock::time_point ShmBackend::deadline() const {
-  if (timeout_.count() <= 0) return Clock::time_point::max();
-  return Clock::now() + timeout_;
-}
 
 uint8_t* ShmBackend::slot(int member, int buffer) const {
   return segment_.at(segment_.layout().slot_offset(static_cast<uint32_t>(member), buffer));
@@ -125,25 +73,20 @@ void ShmBackend::wait_for_all(uint64_t phase) {
   };
   auto idle = [&] {
     check_data_plane(phase);
-    drain_if_reader();
+    member_->rings.drain_if_reader();
   };
   auto crowded = [&] { return seats_.crowded([&](int r) { return progress_of(r) < phase; }); };
-  if (data_bells_[rank_].wait(ready, idle, deadline(), tuning_.spin, crowded)) return;
+  if (data_bells_[rank_].wait(ready, idle, member_->deadline(), tuning_.spin, crowded)) return;
   std::vector<int> missing;
   for (int r = 0; r < size(); ++r)
     if (progress_of(r) < phase) missing.push_back(r);
   throw Timeout("timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + name_members(missing));
 }
 
-bool ShmBackend::member_departed(int member) const {
-  const uint64_t area = segment_.layout().member_offset(static_cast<uint32_t>(member));
-  return shared<uint32_t>(segment_, area + field::kState).load(std::memory_order_acquire) == kDeparted;
-}
-
 // Once seen gone, a member stays gone (its pid may be reused).
 bool ShmBackend::member_gone(int member) {
   if (seen_gone_[member]) return true;
-  if (member_departed(member) || peers_.exited(member)) seen_gone_[member] = true;
+  if (member_->member_departed(member) || peers_.exited(member)) seen_gone_[member] = true;
   return seen_gone_[member];
 }
 
@@ -165,7 +108,7 @@ void ShmBackend::check_data_plane(uint64_t phase) {
   std::vector<int> gone;
   for (int r = 0; r < size(); ++r) {
     if (r == rank_) continue;
-    const bool left = look_at_processes ? member_gone(r) : (seen_gone_[r] || member_departed(r));
+    const bool left = look_at_processes ? member_gone(r) : (seen_gone_[r] || member_->member_departed(r));
     if (left && progress_of(r) < phase) gone.push_back(r);
   }
   if (!gone.empty()) throw PeerFailure(name_members(gone) + " left the process set (exited or closed it)");

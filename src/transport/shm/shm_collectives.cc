@@ -26,6 +26,39 @@ void copy(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
+
+// Turns. A member writes a slot line that a peer read a few chunks ago
+// and still holds in its cache; each such write waits for the peer's copy
+// to be invalidated, and on this path writes, not reads, took most of the
+// time (a 256 KiB allreduce spent 22 of its 31 us writing its two slot
+// halves). So a chunk that fills only part of a slot goes to the next of
+// the positions that fit it, in turn: a line is written again only after
+// 2 x positions chunks, by when the peer has read enough else to have
+// let it go (2 ranks, 256 KiB: 39 -> 21 us). Every member counts the same
+// chunks of the same sizes, so all agree on the positions; and seeing
+// every member at chunk k+1 still proves all of buffer k % 2 free.
+// Allreduce chunks of kTurnsFrom bytes or more take turns; a chunk takes
+// whole kTurnAlign pages at one position.
+constexpr size_t kTurnsFrom = 32 * 1024;
+constexpr size_t kTurnAlign = 4096;
+
+size_t turn_span(size_t bytes) { return (bytes + kTurnAlign - 1) / kTurnAlign * kTurnAlign; }
+
+// Where in its slot (of `slot_bytes`) the chunk-th chunk, of `bytes`, goes.
+size_t turn_position(uint64_t slot_bytes, size_t bytes, uint64_t chunk) {
+  if (bytes < kTurnsFrom) return 0;
+  const size_t span = turn_span(bytes);
+  const size_t positions = slot_bytes / span;
+  return positions <= 1 ? 0 : (chunk / 2) % positions * span;
+}
+
+// How much of its slots an allreduce whose chunks are `bytes` long uses.
+size_t turns_extent(uint64_t slot_bytes, size_t bytes) {
+  if (bytes < kTurnsFrom) return bytes;
+  const size_t span = turn_span(bytes);
+  return std::max<size_t>(bytes, slot_bytes / span * span);
+}
+
 }  // namespace
 
 // `slot_use`: how many bytes of its slots this member may write (they are
@@ -60,37 +93,12 @@ void ShmBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
   if (size() == 1 || count == 0) return;
   const size_t element = dtype_size(dtype);
   const size_t per_chunk = segment_.layout().slot_bytes / element;
-  run("allreduce", turns_extent(std::min(count, per_chunk) * element), [&] {
+  run("allreduce", turns_extent(segment_.layout().slot_bytes, std::min(count, per_chunk) * element), [&] {
     auto* data = static_cast<uint8_t*>(buf);
     for (size_t done = 0; done < count; done += per_chunk) {
       allreduce_chunk(data + done * element, std::min(per_chunk, count - done), dtype, op);
     }
   });
-}
-
-// Turns. A member writes a slot line that a peer read a few chunks ago
-// and still holds in its cache; each such write waits for the peer's copy
-// to be invalidated, and on this path writes, not reads, took most of the
-// time (a 256 KiB allreduce spent 22 of its 31 us writing its two slot
-// halves). So a chunk that fills only part of a slot goes to the next of
-// the positions that fit it, in turn: a line is written again only after
-// 2 x positions chunks, by when the peer has read enough else to have
-// let it go (2 ranks, 256 KiB: 39 -> 21 us). Every member counts the same
-// chunks of the same sizes, so all agree on the positions; and seeing
-// every member at chunk k+1 still proves all of buffer k % 2 free.
-size_t ShmBackend::turn_span(size_t bytes) { return (bytes + kTurnAlign - 1) / kTurnAlign * kTurnAlign; }
-
-size_t ShmBackend::turn_position(size_t bytes, uint64_t chunk) const {
-  if (bytes < kTurnsFrom) return 0;
-  const size_t span = turn_span(bytes);
-  const size_t positions = segment_.layout().slot_bytes / span;
-  return positions <= 1 ? 0 : (chunk / 2) % positions * span;
-}
-
-size_t ShmBackend::turns_extent(size_t bytes) const {
-  if (bytes < kTurnsFrom) return bytes;
-  const size_t span = turn_span(bytes);
-  return std::max(bytes, segment_.layout().slot_bytes / span * span);
 }
 
 // Small chunks: every member copies its input into its slot, one sync, and
@@ -100,7 +108,7 @@ void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, Re
   const uint64_t chunk = chunks_++;
   const int buffer = static_cast<int>(chunk % 2);
   const size_t bytes = count * dtype_size(dtype);
-  const size_t at = turn_position(bytes, chunk);
+  const size_t at = turn_position(segment_.layout().slot_bytes, bytes, chunk);
   if (bytes > tuning_.small_bytes) return reduce_scatter_allgather(data, count, dtype, op, buffer, at);
   std::memcpy(slot(rank_, buffer) + at, data, bytes);
   sync();

@@ -1,0 +1,48 @@
+// The control plane of one process set: the negotiation messages between
+// its members and its coordinator (set rank 0), apart from the data plane
+// (transport/backend.h). Three implementations: a TCP star between hosts
+// (control_channel.h), byte rings in the set's shared-memory segment within
+// one host (shm_control_plane.h) and mailboxes between threads of one
+// process (in_process_control.h, tests). planner/ picks one per set.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace hora {
+
+// A control-plane message from another member of the same process set, or
+// the news that its control connection closed (`closed`, no bytes).
+struct ControlMessage {
+  int from = -1;  // sender's rank within the set
+  std::vector<uint8_t> bytes;
+  bool closed = false;
+};
+
+// A star between set rank 0 (the coordinator) and every other member.
+// send() may be called from any thread; receive() only from the set's
+// engine thread; wake() from any thread, to end a receive() early (used
+// when local work arrives). Destroying a member's control plane closes its
+// connections: its peers receive the closure.
+class ControlPlane {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  virtual ~ControlPlane() = default;
+
+  // Sends to set rank `to` (0 from a member; any member from rank 0).
+  // InvalidArgument for another rank or a message over net::kMaxFrameBytes;
+  // PeerFailure when the peer's connection is closed or it reads nothing
+  // for the set's timeout.
+  virtual void send(int to, const std::vector<uint8_t>& bytes) = 0;
+  // Blocks until a message arrives (returned), wake() is called or the
+  // deadline passes (nullopt). A peer whose control connection closed is
+  // returned once, as a message with `closed` set, after every message it
+  // sent; later calls no longer wait on it.
+  virtual std::optional<ControlMessage> receive(Clock::time_point deadline) = 0;
+  virtual void wake() = 0;
+};
+
+}  // namespace hora

@@ -1,0 +1,249 @@
+#include "planner/transport_planner.h"
+
+#include <algorithm>
+
+#include "control/control_channel.h"
+#include "control/in_process_control.h"
+#include "control/shm_control_plane.h"
+#include "hora/errors.h"
+#include "store/cancellable_wait.h"
+#include "transport/hierarchical/hierarchical_backend.h"
+#include "transport/shm/attachment.h"
+#include "transport/shm/shm_backend.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+
+const std::string kOff = "off|";  // host identities of members with the path off
+
+std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::string read(Store& store, const std::string& key, milliseconds timeout, const std::atomic<bool>& cancelled,
+                 const std::vector<int>& global_ranks) {
+  const std::vector<uint8_t> value = get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll,
+                                                          describe_set(global_ranks) + ": connecting shared memory");
+  return {value.begin(), value.end()};
+}
+
+}  // namespace
+
+// Where each rank of the job runs, as far as this process has learnt it:
+// every member publishes its host identity in each set's store (prepare()
+// or connect() does); the others' are read from the store only when this
+// process has not learnt them in an earlier set (the global set teaches
+// every rank's, so later sets need no store round trip for them). Any thread.
+class TransportPlanner::HostIdentities {
+ public:
+  explicit HostIdentities(const ShmOptions& options)
+      : enabled_(options.enabled), mine_(shm::this_host_identity(options.host_identity)) {}
+
+  // This member's identity; with the path off, one nobody else has.
+  std::string mine(int global_rank) const { return enabled_ ? mine_ : kOff + std::to_string(global_rank); }
+
+  void publish(const std::vector<int>& global_ranks, int rank, Store& store) const {
+    store.post("shm/host/" + std::to_string(rank), bytes_of(mine(global_ranks[rank])));
+  }
+
+  // Every member's identity, by set rank; when a member has the path off,
+  // one per member, so that nobody shares memory or composes hosts.
+  std::vector<std::string> of(const std::vector<int>& global_ranks, int rank, Store& store, milliseconds timeout,
+                              const std::atomic<bool>& cancelled) {
+    std::vector<std::string> identities = known(global_ranks);
+    if (identities.empty()) {
+      for (size_t r = 0; r < global_ranks.size(); ++r) {
+        identities.push_back(static_cast<int>(r) == rank
+                                 ? mine(global_ranks[r])
+                                 : read(store, "shm/host/" + std::to_string(r), timeout, cancelled, global_ranks));
+      }
+      learn(global_ranks, identities);
+    }
+    const bool some_off = std::any_of(identities.begin(), identities.end(),
+                                      [](const std::string& identity) { return identity.rfind(kOff, 0) == 0; });
+    if (!some_off) return identities;
+    for (size_t r = 0; r < global_ranks.size(); ++r) identities[r] = kOff + std::to_string(global_ranks[r]);
+    return identities;
+  }
+
+  // Whether every member is known to share this host, with the path on.
+  bool known_on_one_host(const std::vector<int>& global_ranks) const {
+    const std::vector<std::string> identities = known(global_ranks);
+    return !identities.empty() && enabled_ &&
+           std::all_of(identities.begin(), identities.end(),
+                       [&](const std::string& identity) { return identity == identities[0]; });
+  }
+
+ private:
+  // The identities of `global_ranks` if every one is known, else none.
+  std::vector<std::string> known(const std::vector<int>& global_ranks) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> identities;
+    for (int global_rank : global_ranks) {
+      auto it = by_rank_.find(global_rank);
+      if (it == by_rank_.end()) return {};
+      identities.push_back(it->second);
+    }
+    return identities;
+  }
+
+  void learn(const std::vector<int>& global_ranks, const std::vector<std::string>& identities) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t r = 0; r < global_ranks.size(); ++r) by_rank_.emplace(global_ranks[r], identities[r]);
+  }
+
+  const bool enabled_;
+  const std::string mine_;
+  mutable std::mutex mutex_;
+  std::map<int, std::string> by_rank_;  // by global rank
+};
+
+PlannerOptions planner_options(const RuntimeConfig& config) {
+  PlannerOptions options;
+  if (config.size > 1)
+    options.shm = ShmOptions{config.shm, config.shm_slot_bytes, config.host_identity, config.local_size, config.size};
+  options.hostname = config.hostname;
+  return options;
+}
+
+TransportPlanner::TransportPlanner(std::unique_ptr<BackendFactory> network, PlannerOptions options)
+    : network_(std::move(network)), options_(std::move(options)), in_process_(network_ && network_->name() == "local") {
+  if (!network_) throw InvalidArgument("transport planner: no network transport");
+  if (options_.shm) {
+    hosts_ = std::make_unique<HostIdentities>(*options_.shm);
+    segments_.emplace(options_.shm->slot_bytes, network_->name());
+  }
+}
+
+TransportPlanner::~TransportPlanner() = default;
+
+std::string TransportPlanner::name() const { return network_->name(); }
+
+std::shared_ptr<void> TransportPlanner::prepare(const std::vector<int>& global_ranks, int my_global_rank,
+                                                const std::shared_ptr<Store>& set_store) {
+  if (!hosts_ || global_ranks.size() < 2 || !set_store) return nullptr;
+  const int rank = set_rank_of(global_ranks, my_global_rank);
+  hosts_->publish(global_ranks, rank, *set_store);
+  std::shared_ptr<shm::HeadStart> head;
+  if (hosts_->known_on_one_host(global_ranks)) {
+    head = segments_->prepare(global_ranks, rank, *set_store);
+  } else {
+    head = std::make_shared<shm::HeadStart>();
+    head->rank = rank;
+  }
+  std::lock_guard<std::mutex> lock(head_starts_mutex_);
+  std::erase_if(head_starts_, [](const auto& entry) { return entry.second.expired(); });  // sets never connected
+  head_starts_[set_store.get()] = head;
+  return head;
+}
+
+bool TransportPlanner::await_arrival(const std::shared_ptr<void>& head_start, milliseconds within) const {
+  if (!segments_) return false;
+  return segments_->await_arrival(static_cast<const shm::HeadStart*>(head_start.get()), within);
+}
+
+std::shared_ptr<shm::HeadStart> TransportPlanner::take_head_start(const Store& store) {
+  std::lock_guard<std::mutex> lock(head_starts_mutex_);
+  auto it = head_starts_.find(&store);
+  if (it == head_starts_.end()) return nullptr;
+  std::shared_ptr<shm::HeadStart> head = it->second.lock();
+  head_starts_.erase(it);
+  return head;
+}
+
+SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, int my_global_rank,
+                                        std::shared_ptr<Store> set_store, milliseconds timeout) {
+  const std::atomic<bool> never{false};
+  return connect(global_ranks, my_global_rank, std::move(set_store), timeout, never);
+}
+
+SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, int my_global_rank,
+                                        std::shared_ptr<Store> set_store, milliseconds timeout,
+                                        const std::atomic<bool>& cancelled) {
+  const int rank = set_rank_of(global_ranks, my_global_rank);
+  if (options_.shm && options_.shm->world_size > 0 && global_ranks.back() >= options_.shm->world_size)
+    throw InvalidArgument("backend: global rank " + std::to_string(global_ranks.back()) + " is not in the job's " +
+                          std::to_string(options_.shm->world_size) + " ranks");
+  if (!set_store) throw InvalidArgument("backend: the set store is null");
+  if (hosts_ && global_ranks.size() > 1) {
+    const std::shared_ptr<shm::HeadStart> head = take_head_start(*set_store);
+    if (!head) hosts_->publish(global_ranks, rank, *set_store);
+    const std::vector<std::string> identities = hosts_->of(global_ranks, rank, *set_store, timeout, cancelled);
+    const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
+    if (layout.hosts.size() == 1) {
+      if (auto shared = connect_shared(global_ranks, rank, *set_store, timeout, cancelled, head.get()))
+        return std::move(*shared);
+    } else if (hierarchical::worth_composing(layout)) {
+      return connect_across_hosts(global_ranks, rank, identities, set_store, timeout, cancelled);
+    }
+  }
+  return connect_network(global_ranks, rank, std::move(set_store), timeout, cancelled);
+}
+
+// One segment for the set: ShmBackend and the rings, sharing the member's
+// attachment. Nullopt when the segment cannot be used.
+std::optional<SetTransports> TransportPlanner::connect_shared(const std::vector<int>& global_ranks, int rank,
+                                                              Store& store, milliseconds timeout,
+                                                              const std::atomic<bool>& cancelled,
+                                                              shm::HeadStart* head) const {
+  std::optional<shm::Segment> segment = segments_->attach(global_ranks, rank, store, timeout, cancelled, head);
+  if (!segment) return std::nullopt;
+  auto member = std::make_shared<shm::Attachment>(global_ranks, rank, std::move(*segment), timeout,
+                                                  shm::tuning_for(global_ranks.size(), options_.shm->host_ranks));
+  SetTransports transports;
+  transports.fast_lane = member->lane ? &*member->lane : nullptr;
+  transports.backend = std::make_unique<shm::ShmBackend>(member);
+  transports.control = std::make_unique<control::ShmControlPlane>(std::move(member));
+  return transports;
+}
+
+// Shared memory inside each host (the network path on a host whose
+// segment cannot be used), the network transport between hosts, and the
+// network control plane over every member (the parts give no star: a
+// member of another host is reached by neither the local part nor, unless
+// a leader, the leaders' part).
+SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& global_ranks, int rank,
+                                                     const std::vector<std::string>& identities,
+                                                     const std::shared_ptr<Store>& set_store, milliseconds timeout,
+                                                     const std::atomic<bool>& cancelled) const {
+  auto network = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) {
+    return network_->create(ranks, me, std::move(store), timeout, cancelled);
+  };
+  auto local = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) -> std::unique_ptr<Backend> {
+    if (auto shared = connect_shared(ranks, set_rank_of(ranks, me), *store, timeout, cancelled, nullptr))
+      return std::move(shared->backend);
+    return network(ranks, me, std::move(store));
+  };
+  SetTransports transports;
+  transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
+  transports.backend = hierarchical::make_hierarchical_backend(global_ranks, rank, hierarchical::plan_hosts(identities),
+                                                               set_store, local, network);
+  return transports;
+}
+
+// The control plane first: the data plane's connection then finds every
+// member holding its end (the in-process mailboxes are kept alive by their
+// members alone, so a member that finished and left before another joined
+// them would leave it nothing to join).
+SetTransports TransportPlanner::connect_network(const std::vector<int>& global_ranks, int rank,
+                                                std::shared_ptr<Store> set_store, milliseconds timeout,
+                                                const std::atomic<bool>& cancelled) const {
+  SetTransports transports;
+  transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
+  transports.backend = network_->create(global_ranks, global_ranks[rank], set_store, timeout, cancelled);
+  return transports;
+}
+
+std::unique_ptr<ControlPlane> TransportPlanner::network_control(const std::vector<int>& global_ranks, int rank,
+                                                                Store& store, milliseconds timeout,
+                                                                const std::atomic<bool>& cancelled) const {
+  if (in_process_) return control::InProcessControlPlane::connect(global_ranks, rank, store, timeout, cancelled);
+  return control::ControlChannel::connect(global_ranks, rank, describe_set(global_ranks), options_.hostname, store,
+                                          timeout, cancelled);
+}
+
+std::unique_ptr<TransportPlanner> make_transport_planner(std::unique_ptr<BackendFactory> network,
+                                                         PlannerOptions options) {
+  return std::make_unique<TransportPlanner>(std::move(network), std::move(options));
+}
+
+}  // namespace hora
