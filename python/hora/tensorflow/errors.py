@@ -101,16 +101,26 @@ def graph_body(fn):
         try:
             return fn(*args)
         except (HoraError, ValueError) as error:
-            if _combined_class(error) is None:
+            carrier = carried(error)
+            if carrier is error:
                 raise
-            token = next(_tokens)
-            with _pending_lock:
-                _pending[token] = type(error)
-                while len(_pending) > _PENDING_LIMIT:
-                    _pending.popitem(last=False)
-            raise _carrier(error)(f"{error} {_TOKEN_TEXT.format(token)}") from None
+            raise carrier from None
 
     return body
+
+
+def carried(error):
+    """What a function TensorFlow calls from a graph raises for ``error``:
+    for a hora error, an exception whose message leaves a token in the
+    message TensorFlow builds, for ``install``'s conversion; else ``error``."""
+    if _combined_class(error) is None:
+        return error
+    token = next(_tokens)
+    with _pending_lock:
+        _pending[token] = type(error)
+        while len(_pending) > _PENDING_LIMIT:
+            _pending.popitem(last=False)
+    return _carrier(error)(f"{error} {_TOKEN_TEXT.format(token)}")
 
 
 _carriers = {}
