@@ -2,7 +2,7 @@
 global set and on [0,2] and [1,3] at once: many independent ops in one run
 of a session with two inter-op threads (each rank's session picks its own
 order), the broadcast gradient that is zero on all but the root, followed
-by more ops; the object functions; the TensorFlow 1 DistributedOptimizer.
+by more ops; a mismatch, then more ops; the object functions; the TensorFlow 1 DistributedOptimizer.
 Prints "ok <check> <set> - <mode>" or "FAIL <check> ...", then "graph
 sessions done failures=N"."""
 
@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import hora.tensorflow as hvd
+from hora.errors import MismatchError
 
 hvd.init()
 me = hvd.rank()
@@ -75,6 +76,24 @@ def broadcast_gradient_then_more(ps, ranks):
             assert np.array_equal(session.run(grad), expected), root
             summed = session.run(hvd.allreduce(tf.ones([2]) * me, op=hvd.Sum, process_set=ps))
             assert np.array_equal(summed, np.full([2], float(sum(ranks)))), summed
+    return check
+
+
+def mismatch_then_more(ps, ranks):
+    """A mismatched op fails on every member with Horovod's class (and
+    TensorFlow's for a failed node); the set goes on."""
+    def check(session):
+        i = ranks.index(me)
+        try:
+            session.run(hvd.allreduce(tf.ones([2 + i]), process_set=ps))
+        except MismatchError as error:
+            for kind in (tf.errors.FailedPreconditionError, tf.errors.UnknownError, hvd.HorovodInternalError):
+                assert isinstance(error, kind), type(error).__mro__
+            assert "shape" in str(error), str(error)
+        else:
+            raise AssertionError("no MismatchError")
+        summed = session.run(hvd.allreduce(tf.ones([2]), op=hvd.Sum, process_set=ps))
+        assert np.array_equal(summed, [len(ranks)] * 2), summed
     return check
 
 
@@ -147,6 +166,7 @@ for label, ps in SETS.items():
         continue
     report("many_independent_ops", label, "session", session_check(many_independent_ops(ps, ranks)))
     report("broadcast_gradient_then_more", label, "session", session_check(broadcast_gradient_then_more(ps, ranks)))
+    report("mismatch_then_more", label, "session", session_check(mismatch_then_more(ps, ranks)))
     report("objects", label, "session", session_check(objects(ps, ranks)))
     report("objects_refused_in_tf_function", label, "eager", objects_refused_in_tf_function(ps, ranks))
     for mode in ("session", "eager"):
