@@ -202,9 +202,12 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             reduced = _allreduce(dy, op=Average, process_set=ps)
-            # Times zero, not zeros_like: a session must run the allreduce on
-            # every member, and zeros_like of a known shape would not need it.
-            return reduced if ps.included() and _rank() == root_rank else reduced * 0
+            # Times one or zero, not zeros_like: a session must run the
+            # allreduce on every member (zeros_like of a known shape does not
+            # need it), and every member makes the same ops, so that the
+            # names of later ops in the graph agree.
+            keep = 1 if ps.included() and _rank() == root_rank else 0
+            return reduced * tf.constant(keep, dtype=reduced.dtype)
 
         return y, grad
 

@@ -3,7 +3,9 @@ ranks, on the global set and on [0,2] and [1,3] at once, in one horarun job
 (workers/graph_sessions.py): many independent ops in one run of a session
 with fewer threads than ops (each rank's session orders them its own way,
 and a set whose members wait on different ops stops); the broadcast
-gradient, zero on all but the root, followed by more ops; a mismatched op
+gradient, zero on all but the root, followed by more ops (in a session and
+inside tf.function, where later ops are named after tensors every member
+must number alike); a mismatched op
 (Horovod's error class on every member), followed by more ops; broadcast_object,
 broadcast_object_fn and allgather_object in a graph (and refused inside
 tf.function); DistributedOptimizer of a tf.compat.v1.train optimizer, in a
@@ -13,7 +15,7 @@ import pytest
 from tf_helpers import describe, failed, passed, run_tf_worker
 
 RANKS = {"global": [0, 1, 2, 3], "even": [0, 2], "odd": [1, 3]}
-CHECKS = {"many_independent_ops": ("session",), "broadcast_gradient_then_more": ("session",),
+CHECKS = {"many_independent_ops": ("session",), "broadcast_gradient_then_more": ("session", "tf.function"),
           "mismatch_then_more": ("session",), "objects": ("session",), "objects_refused_in_tf_function": ("eager",),
           "legacy_optimizer": ("session", "eager")}
 

@@ -79,6 +79,26 @@ def broadcast_gradient_then_more(ps, ranks):
     return check
 
 
+def broadcast_gradient_in_tf_function(ps, ranks):
+    """The same inside tf.function, where later ops are named after tensors
+    (mul_N) that every member must number alike."""
+    def check():
+        for root in ranks:
+            @tf.function
+            def step():
+                x = tf.ones([5]) * me
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    y = hvd.broadcast(x, root, process_set=ps)
+                grad = tape.gradient(y, x)
+                return grad, hvd.allgather(tf.ones([1, 2]) * me, process_set=ps)
+
+            grad, gathered = step()
+            assert np.array_equal(grad.numpy(), np.ones([5]) * (1.0 if me == root else 0.0)), root
+            assert np.array_equal(gathered.numpy()[:, 0], np.array(ranks, np.float32)), gathered
+    return check
+
+
 def mismatch_then_more(ps, ranks):
     """A mismatched op fails on every member with Horovod's class (and
     TensorFlow's for a failed node); the set goes on."""
@@ -166,6 +186,7 @@ for label, ps in SETS.items():
         continue
     report("many_independent_ops", label, "session", session_check(many_independent_ops(ps, ranks)))
     report("broadcast_gradient_then_more", label, "session", session_check(broadcast_gradient_then_more(ps, ranks)))
+    report("broadcast_gradient_then_more", label, "tf.function", broadcast_gradient_in_tf_function(ps, ranks))
     report("mismatch_then_more", label, "session", session_check(mismatch_then_more(ps, ranks)))
     report("objects", label, "session", session_check(objects(ps, ranks)))
     report("objects_refused_in_tf_function", label, "eager", objects_refused_in_tf_function(ps, ranks))
