@@ -2,10 +2,9 @@
 # Runs one of Horovod's own test suites on hora through the `horovod`
 # compatibility package, at each rank count and on each backend, and prints
 # one summary line per run (from the JUnit reports that every rank writes):
-# torch (test/parallel/test_torch.py, the default), tensorflow (the
-# TensorFlow 2 part of test/parallel/test_tensorflow.py: each test in eager
-# mode; the file also runs each in TensorFlow 1 graph mode, which a
-# conftest.py written next to it turns off) or keras
+# torch (test/parallel/test_torch.py, the default), tensorflow
+# (test/parallel/test_tensorflow.py as Horovod ships it: each test in
+# TensorFlow 1 graph mode and eagerly) or keras
 # (test/parallel/test_tensorflow2_keras.py). --legacy-keras runs the
 # TensorFlow suites with tf.keras as Keras 2 (TF_USE_LEGACY_KERAS=1; needs
 # tf_keras, which scripts/setup.sh installs) instead of Keras 3.
@@ -18,6 +17,9 @@
 # from a scratch directory under build/horovod-tests, where the reports stay.
 # Needs the build (`make build`); installs the compatibility package and the
 # test suite's own dependencies (mock, packaging, parameterized) into .venv.
+# With PYTHON set, runs the tests with that interpreter instead and installs
+# nothing: it must import hora, horovod and those dependencies already (say
+# PYTHONPATH=build/site:compat/horovod with another build of hora).
 #
 # A test that fails for a reason that fails it on Horovod as well (listed in
 # EXPECTED below and in docs/compat.md) counts as an expected failure only
@@ -27,9 +29,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-PYTHON="$REPO/.venv/bin/python"
+INSTALL=1
+if [ -n "${PYTHON:-}" ]; then INSTALL=0; else PYTHON="$REPO/.venv/bin/python"; fi
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 CHECKOUT=$1; shift
 NPS="2 4"
@@ -55,24 +58,17 @@ esac
 for part in "test/parallel/$TEST_FILE" test/utils/common.py; do
   [ -f "$CHECKOUT/$part" ] || { echo "horovod_tests: $CHECKOUT has no $part" >&2; exit 2; }
 done
-[ -x "$PYTHON" ] || { echo "horovod_tests: no .venv; run make build first" >&2; exit 2; }
+[ -x "$PYTHON" ] || [ "$INSTALL" = 0 ] || { echo "horovod_tests: no .venv; run make build first" >&2; exit 2; }
 
-"$PYTHON" -m pip install -q --no-deps ./compat/horovod
-"$PYTHON" -m pip install -q mock packaging parameterized
+if [ "$INSTALL" = 1 ]; then
+  "$PYTHON" -m pip install -q --no-deps ./compat/horovod
+  "$PYTHON" -m pip install -q mock packaging parameterized
+fi
 
 WORK="$REPO/build/horovod-tests"
 rm -rf "$WORK/test"
 mkdir -p "$WORK/test"
 cp -r "$CHECKOUT/test/parallel" "$CHECKOUT/test/utils" "$WORK/test/"
-if [ "$SUITE" = tensorflow ]; then
-  # test_tensorflow.py runs every test twice through test_util's
-  # run_all_in_graph_and_eager_modes: in TensorFlow 1 graph mode (sessions)
-  # and in eager mode. Keep the TensorFlow 2 run only.
-  cat >"$WORK/test/parallel/conftest.py" <<'CONFTEST'
-from tensorflow.python.framework import test_util
-test_util.run_all_in_graph_and_eager_modes = lambda cls: cls
-CONFTEST
-fi
 
 status=0
 for backend in $BACKENDS; do
@@ -84,7 +80,7 @@ for backend in $BACKENDS; do
     # Each rank writes its own report; the rank comes from the launcher's
     # environment. The reports, not the exit status, decide the outcome.
     (cd "$WORK/test/parallel" &&
-      timeout 3600 "$REPO/.venv/bin/horarun" "${launcher[@]}" -np "$np" bash -c \
+      timeout 3600 "$PYTHON" -m hora.runner.launch "${launcher[@]}" -np "$np" bash -c \
         'exec "$0" -m pytest -q -p no:cacheprovider --junitxml="$1/rank-${HOROVOD_RANK:-${OMPI_COMM_WORLD_RANK:-0}}.xml" "$2" "${@:3}"' \
         "$PYTHON" "$out" "$TEST_FILE" "$@" >"$out/output.log" 2>&1) ||
       echo "$SUITE$LABEL_SUFFIX $backend np=$np: horarun exited with status $? (pytest exits 1 for any failure, expected ones too)"

@@ -6,6 +6,7 @@ registered with the core on first use by a member (or eagerly with
 """
 
 import operator
+import threading
 
 from hora import _core
 from hora.common import adapters as _adapters
@@ -262,6 +263,18 @@ def _is_non_members_set(ps):
     return ps._non_member_key is not None
 
 
+_first_use_locks = {}
+_first_use_locks_guard = threading.Lock()
+
+
+def _first_use_lock(ranks):
+    """The lock under which a set over ``ranks`` is registered on first use,
+    so that threads using it first at the same time register it once (twice
+    would count two sets, and the members' ids would differ)."""
+    with _first_use_locks_guard:
+        return _first_use_locks.setdefault(tuple(ranks), threading.Lock())
+
+
 def resolve(process_set):
     """The core id of ``process_set``, registering it on a member's first use."""
     if process_set is None:
@@ -278,7 +291,10 @@ def resolve(process_set):
     check_in_job(process_set.ranks, _core.size())
     if not process_set.included():
         raise ValueError(f"rank {_core.rank()} is not a member of process set {process_set.ranks}")
-    return _register(process_set, first_use=True).process_set_id
+    with _first_use_lock(process_set.ranks):
+        if process_set._id is not None:
+            return process_set._id
+        return _register(process_set, first_use=True).process_set_id
 
 
 def _resolve_communicator(process_set):

@@ -17,6 +17,8 @@ See docs/frameworks.md.
 
 import sys as _sys
 
+import tensorflow as _tf
+
 from hora.common import adapters as _adapters
 from hora.common import api as _api
 from hora.common.api import *  # noqa: F401,F403
@@ -73,9 +75,20 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
-    """A Keras optimizer that averages gradients over ``process_set`` before
-    applying them (``hora.tensorflow.keras.DistributedOptimizer``; TF 1's
-    ``tf.compat.v1.train.Optimizer`` is not supported)."""
+    """An optimizer that averages gradients over ``process_set`` before
+    applying them: for a Keras optimizer, ``hora.tensorflow.keras.DistributedOptimizer``;
+    for TensorFlow 1's ``tf.compat.v1.train.Optimizer``, one whose
+    ``compute_gradients`` reduces them (hora.tensorflow.optimizer_v1; every
+    step, in graphs and eagerly)."""
+    if isinstance(optimizer, _tf.compat.v1.train.Optimizer):
+        from hora.tensorflow.gradients import checked_options
+        from hora.tensorflow.optimizer_v1 import distributed_optimizer_v1
+
+        if op == Adasum:
+            raise ValueError("op == Adasum is not supported by hora's DistributedOptimizer")
+        op, groups = checked_options(op, gradient_predivide_factor, num_groups, groups)
+        return distributed_optimizer_v1(optimizer, name, use_locking, compression, sparse_as_dense, op,
+                                        gradient_predivide_factor, groups, process_set, backward_passes_per_step)
     from hora.tensorflow.keras.optimizer import DistributedOptimizer as keras_optimizer
 
     if op == Adasum:

@@ -12,9 +12,11 @@ Eagerly, the op raises it directly. Inside a ``tf.function`` the op runs in
 INVALID_ARGUMENT for a ``ValueError``, UNKNOWN for the others) and a
 message; ``install`` makes the error TensorFlow raises for a status that
 carries a hora error (recognised by a token in its message) an instance of
-the hora error's type too: a runtime error inside tf.function is a
-``tf.errors.UnknownError`` and, say, a ``MismatchError``. Every other error
-is left as TensorFlow makes it.
+the hora error's type and of Horovod's class too: a mismatch inside
+tf.function (or in a TensorFlow 1 session, where the op's result comes
+through a tf.data iterator) is a ``tf.errors.UnknownError``, a
+``MismatchError`` and a ``tf.errors.FailedPreconditionError``. Every other
+error is left as TensorFlow makes it.
 """
 
 import collections
@@ -39,14 +41,26 @@ _classes = {}
 _classes_lock = threading.Lock()
 
 
-def _class_of(tf_class, kind):
-    """The class deriving from ``tf_class`` and hora's ``kind``."""
+def _class_of(tf_classes, kind):
+    """The class deriving from ``tf_classes`` (one class or a tuple) and
+    hora's ``kind``."""
+    bases = tf_classes if isinstance(tf_classes, tuple) else (tf_classes,)
     with _classes_lock:
-        combined = _classes.get((tf_class, kind))
+        combined = _classes.get((bases, kind))
         if combined is None:
-            combined = type(kind.__name__, (tf_class, kind), {"__module__": kind.__module__, "__doc__": kind.__doc__})
-            _classes[(tf_class, kind)] = combined
+            combined = type(kind.__name__, bases + (kind,), {"__module__": kind.__module__, "__doc__": kind.__doc__})
+            _classes[(bases, kind)] = combined
     return combined
+
+
+def _graph_class(made, kind):
+    """The class of an error TensorFlow made as ``made`` for a graph node
+    that failed with hora's ``kind``: both, and the tf.errors class Horovod
+    raises for ``kind`` (FailedPreconditionError for a mismatch, ...)."""
+    horovod = next((entry[1] for entry in _TF_CLASSES if issubclass(kind, entry[0])), None)
+    if horovod is None or issubclass(made, horovod):
+        return _class_of(made, kind)
+    return _class_of((made, horovod), kind)
 
 
 def _combined_class(error):
@@ -101,16 +115,26 @@ def graph_body(fn):
         try:
             return fn(*args)
         except (HoraError, ValueError) as error:
-            if _combined_class(error) is None:
+            carrier = carried(error)
+            if carrier is error:
                 raise
-            token = next(_tokens)
-            with _pending_lock:
-                _pending[token] = type(error)
-                while len(_pending) > _PENDING_LIMIT:
-                    _pending.popitem(last=False)
-            raise _carrier(error)(f"{error} {_TOKEN_TEXT.format(token)}") from None
+            raise carrier from None
 
     return body
+
+
+def carried(error):
+    """What a function TensorFlow calls from a graph raises for ``error``:
+    for a hora error, an exception whose message leaves a token in the
+    message TensorFlow builds, for ``install``'s conversion; else ``error``."""
+    if _combined_class(error) is None:
+        return error
+    token = next(_tokens)
+    with _pending_lock:
+        _pending[token] = type(error)
+        while len(_pending) > _PENDING_LIMIT:
+            _pending.popitem(last=False)
+    return _carrier(error)(f"{error} {_TOKEN_TEXT.format(token)}")
 
 
 _carriers = {}
@@ -148,10 +172,11 @@ def _recalled(message):
 
 def install():
     """Makes the tf.errors.OpError that TensorFlow raises for a failed
-    py_function that carries a hora error also an instance of that error's
-    type (once per process): TensorFlow's class is kept (UnknownError for
-    runtime errors, InvalidArgumentError for bad arguments), and the class
-    is set when TensorFlow constructs the error, on whichever path."""
+    graph node that carries a hora error also an instance of that error's
+    type and of the tf.errors class Horovod raises for it (once per
+    process): TensorFlow's class is kept (UnknownError for runtime errors,
+    InvalidArgumentError for bad arguments), and the class is set when
+    TensorFlow constructs the error, on whichever path."""
     op_error = tf.errors.OpError
     original = op_error.__init__
     if getattr(original, "_hora", False):
@@ -162,7 +187,7 @@ def install():
         kind, token = _recalled(message if isinstance(message, str) else "")
         if kind is not None and not isinstance(self, kind):
             # A subclass of the class TensorFlow made: it checks the type.
-            self.__class__ = _class_of(type(self), kind)
+            self.__class__ = _graph_class(type(self), kind)
             self._message = message.replace(f" {token}", "")
 
     __init__._hora = True

@@ -33,9 +33,11 @@ def broadcast_global_variables(root_rank, process_set=global_process_set):
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """Returns ``obj`` as it is on ``root_rank`` (a global rank), pickled with
-    cloudpickle and broadcast over the set. Eager only (``session`` is
-    accepted for Horovod compatibility and must be None)."""
-    _eager_only("broadcast_object", session)
+    cloudpickle and broadcast over the set. Eagerly and in a TensorFlow 1
+    graph it moves the object at once (as Horovod's runs its ops in
+    ``session`` or the default session; hora needs no session); not inside
+    ``tf.function``."""
+    _at_once("broadcast_object")
     return _errors.run_eagerly(_objects.broadcast_object, obj, root_rank, name, process_set)
 
 
@@ -50,13 +52,15 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """The list of every member's ``obj`` (pickled with cloudpickle), in
-    set-rank order. Eager only."""
-    _eager_only("allgather_object", session)
+    set-rank order; eagerly and in a TensorFlow 1 graph, not inside
+    ``tf.function``."""
+    _at_once("allgather_object")
     return _errors.run_eagerly(_objects.allgather_object, obj, name, process_set)
 
 
-def _eager_only(what, session):
-    if session is not None:
-        raise ValueError(f"{what}: hora.tensorflow runs on TensorFlow 2 and takes no session")
-    if not tf.executing_eagerly():
-        raise ValueError(f"{what} runs eagerly (call it outside tf.function)")
+def _at_once(what):
+    """ValueError inside ``tf.function``: the object would move once, while
+    the function is traced, not each time it runs."""
+    if not tf.executing_eagerly() and tf.compat.v1.get_default_graph().building_function:
+        raise ValueError(f"{what} moves Python objects when it is called, so it runs eagerly or in a "
+                         "tf.compat.v1 graph, not inside tf.function (call it outside)")

@@ -5,7 +5,9 @@ Each op runs ``hora.tensorflow.adapter.collectives`` (hora.common.ops):
 at once when executing eagerly, and as one ``tf.py_function`` node inside a
 graph, whose body runs eagerly when the graph runs. ``tf.function`` orders
 stateful nodes as the program wrote them, so every member submits its ops
-in the same order. XLA cannot compile these nodes (docs/frameworks.md).
+in the same order. In a ``tf.compat.v1`` graph an op is two nodes that hold
+no thread while it waits (hora.tensorflow.sessions). XLA cannot compile these nodes
+(docs/frameworks.md).
 
 Gradients (``tf.custom_gradient``) are Horovod's, on the op's process set:
 allreduce -> the same allreduce of the gradient; allgather -> this member's
@@ -26,6 +28,7 @@ from hora.common.core_types import Average, Sum
 from hora.common.ops import reducescatter_rows
 from hora.common.process_sets import global_process_set
 from hora.tensorflow import errors as _errors
+from hora.tensorflow import sessions as _sessions
 from hora.tensorflow.adapter import collectives, converted
 
 _adapter = collectives.adapter
@@ -59,6 +62,8 @@ def run(fn, inputs, dtypes):
     if tf.executing_eagerly():
         return list(_errors.run_eagerly(fn, *inputs))
     _refuse_xla()
+    if not tf.compat.v1.get_default_graph().building_function:
+        return _sessions.asynchronous(fn, inputs, dtypes)
     return tf.py_function(_errors.graph_body(fn), list(inputs), list(dtypes))
 
 
@@ -197,7 +202,12 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
         def grad(dy):
             reduced = _allreduce(dy, op=Average, process_set=ps)
-            return reduced if ps.included() and _rank() == root_rank else tf.zeros_like(reduced)
+            # Times one or zero, not zeros_like: a session must run the
+            # allreduce on every member (zeros_like of a known shape does not
+            # need it), and every member makes the same ops, so that the
+            # names of later ops in the graph agree.
+            keep = 1 if ps.included() and _rank() == root_rank else 0
+            return reduced * tf.constant(keep, dtype=reduced.dtype)
 
         return y, grad
 
