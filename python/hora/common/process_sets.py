@@ -263,16 +263,12 @@ def _is_non_members_set(ps):
     return ps._non_member_key is not None
 
 
-_first_use_locks = {}
-_first_use_locks_guard = threading.Lock()
-
-
 def _first_use_lock(ranks):
     """The lock under which a set over ``ranks`` is registered on first use,
     so that threads using it first at the same time register it once (twice
     would count two sets, and the members' ids would differ)."""
-    with _first_use_locks_guard:
-        return _first_use_locks.setdefault(tuple(ranks), threading.Lock())
+    with session.first_use_locks_guard:
+        return session.first_use_locks.setdefault(tuple(ranks), threading.Lock())
 
 
 def resolve(process_set):

@@ -8,6 +8,7 @@ process holds; shutdown() forgets the Config and the sets
 Any thread may read it; init and shutdown (the caller's thread) change it.
 """
 
+import threading
 import weakref
 
 
@@ -44,6 +45,10 @@ class Session:
         self.original_excepthook = None
         # SIGINT handling (hora.common.interrupts.SigintState).
         self.sigint = None
+        # The lock, by ranks, under which a set is registered on first use
+        # (process_sets.resolve), and the lock that guards the dict.
+        self.first_use_locks = {}
+        self.first_use_locks_guard = threading.Lock()
 
     def forget_sets(self, global_set):
         """After a shutdown: only ``global_set`` (id 0) is known."""

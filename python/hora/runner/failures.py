@@ -125,10 +125,11 @@ def parse_peer_failure(error):
     return peer
 
 
-def parse_absence(error):
-    """The set and the absent members a TimeoutError message names."""
+def parse_absence(error, kind="TimeoutError"):
+    """The set and the absent members a TimeoutError message (or the
+    PeerFailureError of members whose processes ended) names."""
     peer = parse_peer_failure(error)
-    peer.kind = "TimeoutError"
+    peer.kind = kind
     found = list(ABSENT_RANK.finditer(error))
     for index, match in enumerate(found):
         rest = error[match.end():found[index + 1].start() if index + 1 < len(found) else len(error)]
@@ -181,6 +182,10 @@ def classify(outcome):
     """The Failure for a rank that exited with a nonzero status."""
     error, chain, error_at = last_error(list(outcome.tail.lines))
     peer_errors = [e for e in chain if PEER_FAILURE.search(e)]
+    if peer_errors and ABSENT_RANK.search(peer_errors[-1]):
+        # Members that never arrived and whose processes ended: they are the cause.
+        return Failure(outcome, "consequence", peer_errors[-1], error_at,
+                       parse_absence(peer_errors[-1], kind="PeerFailureError"))
     if peer_errors:
         # Reported by its PeerFailureError, which names the set and the peer.
         return Failure(outcome, "consequence", peer_errors[-1], error_at, parse_peer_failure(peer_errors[-1]))
