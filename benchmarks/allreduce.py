@@ -69,12 +69,12 @@ def worker_hora(sizes):
     return results
 
 
-def worker_torch(sizes, port):
+def worker_torch(sizes, port, host="127.0.0.1"):
     import torch
     import torch.distributed as dist
 
     rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=size)
     buffers = {n: torch.ones(max(n // 4, 1), dtype=torch.float32) for n in sizes}
     results = {n: time_loop(lambda b: dist.all_reduce(b), buffers, n) for n in sizes}
     dist.destroy_process_group()

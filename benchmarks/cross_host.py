@@ -43,20 +43,8 @@ SIZES = [4, 256 << 10, 4 << 20, 64 << 20]
 RATES = {"none": None, "10gbit": 10e9}
 
 sys.path.insert(0, HERE)
-from allreduce import time_loop, worker_hora, worker_mpi4py  # noqa: E402
+from allreduce import worker_hora, worker_mpi4py, worker_torch  # noqa: E402
 from jobs import free_port, run_job  # noqa: E402
-
-
-def worker_torch(sizes, port):
-    import torch
-    import torch.distributed as dist
-
-    rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
-    dist.init_process_group("gloo", init_method=f"tcp://{HOSTS[0]}:{port}", rank=rank, world_size=size)
-    buffers = {n: torch.ones(max(n // 4, 1), dtype=torch.float32) for n in sizes}
-    results = {n: time_loop(lambda b: dist.all_reduce(b), buffers, n) for n in sizes}
-    dist.destroy_process_group()
-    return results
 
 
 def cluster(*args):
@@ -129,7 +117,7 @@ def main():
     if args.worker:
         sizes = [int(s) for s in args.sizes.split(",")]
         if args.worker == "torch":
-            results = worker_torch(sizes, args.port)
+            results = worker_torch(sizes, args.port, HOSTS[0])
         elif args.worker == "mpi4py":
             results = worker_mpi4py(sizes)
         else:
