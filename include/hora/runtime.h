@@ -27,6 +27,7 @@ namespace hora {
 class BackendFactory;
 class TransportPlanner;
 class ProgressEngine;
+class ProgressPool;
 struct JobTransport;
 namespace telemetry {
 class Timeline;
@@ -122,6 +123,7 @@ class Runtime {
   RuntimeConfig config_;
   std::shared_ptr<Store> store_;
   std::unique_ptr<TransportPlanner> planner_;
+  std::shared_ptr<ProgressPool> pool_;  // null: a thread per set
   std::shared_ptr<telemetry::Timeline> timeline_;
   int32_t first_dynamic_id_ = 1;
   mutable std::mutex mutex_;

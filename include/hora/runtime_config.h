@@ -53,6 +53,9 @@ struct RuntimeConfig {
 
   // Sets whose members share a host use shared memory (HORA_SHM=0: never).
   bool shm = true;
+  // Every set of this rank is run by one pool of threads
+  // (HORA_PROGRESS_POOL=0: a thread per set).
+  bool progress_pool = true;
   // Bytes of each shared-memory slot (HORA_SHM_SLOT_BYTES; 0: the default).
   size_t shm_slot_bytes = 0;
   // Added to this process's host identity (HORA_HOST_IDENTITY): ranks that

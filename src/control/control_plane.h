@@ -11,6 +11,8 @@
 #include <optional>
 #include <vector>
 
+#include "util/futex.h"
+
 namespace hora {
 
 // A control-plane message from another member of the same process set, or
@@ -43,6 +45,21 @@ class ControlPlane {
   // sent; later calls no longer wait on it.
   virtual std::optional<ControlMessage> receive(Clock::time_point deadline) = 0;
   virtual void wake() = 0;
+
+  // Waiting for many sets' control planes on one thread
+  // (runtime/progress_pool.h), where armable(). arm(): until disarm(),
+  // anything receive() would return for or return early for (a message, a
+  // closure, wake()) changes `wait.word` from `wait.seen` and wakes its
+  // waiters; `look_again`: when receive() must be called even if nothing
+  // did (a check it makes by itself). nullopt: something is there now, not
+  // armed. Any thread, one arming at a time.
+  struct Armed {
+    FutexWait wait;
+    Clock::time_point look_again = Clock::time_point::max();
+  };
+  virtual bool armable() const { return false; }
+  virtual std::optional<Armed> arm() { return std::nullopt; }
+  virtual void disarm() {}
 };
 
 }  // namespace hora

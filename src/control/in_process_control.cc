@@ -18,6 +18,8 @@ class Mailboxes {
         changed_(global_ranks_.size()),
         inboxes_(global_ranks_.size()),
         woken_(global_ranks_.size(), false),
+        bells_(global_ranks_.size(), 0),
+        armed_(global_ranks_.size(), 0),
         departed_(global_ranks_.size(), false),
         departure_reported_(global_ranks_.size() * global_ranks_.size(), false) {}
 
@@ -38,14 +40,13 @@ class Mailboxes {
       inboxes_[to].push_back(ControlMessage{from, std::move(bytes)});
     }
     changed_[to].notify_all();
+    ring(to);
   }
 
   std::optional<ControlMessage> receive(int rank, ControlPlane::Clock::time_point deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
     auto& inbox = inboxes_[rank];
-    changed_[rank].wait_until(lock, deadline, [&] {
-      return !inbox.empty() || woken_[rank] || unreported_departure_locked(rank) >= 0;
-    });
+    changed_[rank].wait_until(lock, deadline, [&] { return ready_locked(rank); });
     if (!inbox.empty()) {
       ControlMessage message = std::move(inbox.front());
       inbox.pop_front();
@@ -68,6 +69,20 @@ class Mailboxes {
       woken_[rank] = true;
     }
     changed_[rank].notify_all();
+    ring(rank);
+  }
+
+  // The word `rank`'s arming names, and its value now; nullopt (not armed)
+  // when receive() has something at once.
+  std::optional<FutexWait> arm(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ready_locked(rank)) return std::nullopt;
+    ++armed_[rank];
+    return FutexWait{&bells_[rank], std::atomic_ref<uint32_t>(bells_[rank]).load()};
+  }
+  void disarm(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --armed_[rank];
   }
 
   void depart(int rank) noexcept {
@@ -76,9 +91,26 @@ class Mailboxes {
       departed_[rank] = true;
     }
     for (auto& changed : changed_) changed.notify_all();
+    for (int r = 0; r < size(); ++r) ring(r);
   }
 
  private:
+  bool ready_locked(int rank) const {
+    return !inboxes_[rank].empty() || woken_[rank] || unreported_departure_locked(rank) >= 0;
+  }
+
+  // Moves `rank`'s word (a change of what ready_locked() says was made
+  // before) and wakes whoever armed it.
+  void ring(int rank) {
+    bool armed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::atomic_ref<uint32_t>(bells_[rank]).fetch_add(1);
+      armed = armed_[rank] > 0;
+    }
+    if (armed) futex_wake_all(&bells_[rank]);
+  }
+
   // A departed member that `rank` talks to and whose departure `rank` has
   // not been told of, as a set rank, or -1.
   int unreported_departure_locked(int rank) const {
@@ -94,6 +126,8 @@ class Mailboxes {
   std::vector<std::condition_variable> changed_;  // by receiver
   std::vector<std::deque<ControlMessage>> inboxes_;
   std::vector<bool> woken_;
+  std::vector<uint32_t> bells_;  // futex words, by receiver
+  std::vector<int> armed_;
   std::vector<bool> departed_;
   std::vector<bool> departure_reported_;  // [receiver * size + departed]
 };
@@ -121,5 +155,13 @@ std::optional<ControlMessage> InProcessControlPlane::receive(Clock::time_point d
 }
 
 void InProcessControlPlane::wake() { mailboxes_->wake(rank_); }
+
+std::optional<ControlPlane::Armed> InProcessControlPlane::arm() {
+  std::optional<FutexWait> wait = mailboxes_->arm(rank_);
+  if (!wait) return std::nullopt;
+  return Armed{*wait};
+}
+
+void InProcessControlPlane::disarm() { mailboxes_->disarm(rank_); }
 
 }  // namespace hora::control

@@ -28,6 +28,9 @@ class InProcessControlPlane final : public ControlPlane {
   void send(int to, const std::vector<uint8_t>& bytes) override;
   std::optional<ControlMessage> receive(Clock::time_point deadline) override;
   void wake() override;
+  bool armable() const override { return true; }
+  std::optional<Armed> arm() override;
+  void disarm() override;
 
  private:
   InProcessControlPlane(std::shared_ptr<Mailboxes> mailboxes, int rank);

@@ -27,20 +27,36 @@ std::optional<ControlMessage> ShmControlPlane::receive(Clock::time_point deadlin
   std::lock_guard<std::mutex> lock(rings.reader_mutex());
   for (;;) {
     const auto now = Clock::now();
-    const bool check_liveness = now >= next_liveness_check_;
-    if (check_liveness) next_liveness_check_ = now + shm::kLivenessInterval;
+    const bool check_liveness = now.time_since_epoch().count() >= next_liveness_check_.load();
+    if (check_liveness) next_liveness_check_ = (now + shm::kLivenessInterval).time_since_epoch().count();
     if (std::optional<shm::RingMessage> message = rings.next(check_liveness))
       return ControlMessage{message->from, std::move(message->bytes), message->closed};
     if (wake_pending_.exchange(false, std::memory_order_acq_rel)) return std::nullopt;
     if (lane && lane->engine_attention()) return std::nullopt;
     if (now >= deadline) return std::nullopt;
-    auto ready = [&] {
-      return rings.pending() || wake_pending_.load(std::memory_order_acquire) || (lane && lane->engine_attention());
-    };
+    auto ready = [&] { return this->ready(); };
     const auto round_end = deadline - now < shm::kLivenessInterval ? deadline : now + shm::kLivenessInterval;
     member_->bells[member_->rank].wait(ready, [] {}, round_end, member_->tuning.spin_engine);
   }
 }
+
+bool ShmControlPlane::ready() const {
+  const shm::ControlRings& rings = member_->rings;
+  return rings.pending() || rings.drained() || wake_pending_.load(std::memory_order_acquire) ||
+         (member_->lane && member_->lane->engine_attention());
+}
+
+// Under the reader mutex: a collective that drains the rings meanwhile
+// takes it too, so a frame is either still in a ring, or drained already
+// (ready()), or written after the doorbell's word was read (it moves).
+std::optional<ControlPlane::Armed> ShmControlPlane::arm() {
+  std::lock_guard<std::mutex> lock(member_->rings.reader_mutex());
+  std::optional<FutexWait> wait = member_->bells[member_->rank].arm([&] { return ready(); });
+  if (!wait) return std::nullopt;
+  return Armed{*wait, Clock::time_point(Clock::duration(next_liveness_check_.load()))};
+}
+
+void ShmControlPlane::disarm() { member_->bells[member_->rank].disarm(); }
 
 void ShmControlPlane::wake() {
   wake_pending_.store(true, std::memory_order_release);

@@ -23,10 +23,19 @@ class ShmControlPlane final : public ControlPlane {
   void send(int to, const std::vector<uint8_t>& bytes) override;
   std::optional<ControlMessage> receive(Clock::time_point deadline) override;
   void wake() override;
+  // Arms the member's doorbell, which senders, wake() and the fast lane
+  // ring; looks again at the next liveness check.
+  bool armable() const override { return true; }
+  std::optional<Armed> arm() override;
+  void disarm() override;
 
  private:
+  // Whether receive() has something to return at once (under the rings'
+  // reader mutex).
+  bool ready() const;
+
   const std::shared_ptr<shm::Attachment> member_;
-  Clock::time_point next_liveness_check_{};  // receive() only
+  std::atomic<Clock::rep> next_liveness_check_{0};  // written by receive() only
   std::atomic<bool> wake_pending_{false};
 };
 

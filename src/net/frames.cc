@@ -21,6 +21,13 @@ void FrameReader::append(std::span<const uint8_t> bytes) {
   bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
 }
 
+bool FrameReader::ready() const {
+  if (broken_) return true;
+  if (buffered() < 4) return false;
+  const size_t length = load_u32_le(bytes_.data() + start_);
+  return length > kMaxFrameBytes || buffered() - 4 >= length;
+}
+
 std::optional<std::vector<uint8_t>> FrameReader::pop() {
   if (broken_ || buffered() < 4) return std::nullopt;
   const size_t length = load_u32_le(bytes_.data() + start_);

@@ -30,6 +30,8 @@ class FrameReader {
   // the stream is broken.
   std::optional<std::vector<uint8_t>> pop();
   bool broken() const { return broken_; }
+  // Whether pop() would return a frame, or find the stream broken.
+  bool ready() const;
   // Bytes received and not yet returned in a frame.
   size_t buffered() const { return bytes_.size() - start_; }
 

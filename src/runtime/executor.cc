@@ -10,8 +10,15 @@ namespace hora {
 using Agreement = control::Agreement;
 
 Executor::Executor(const EngineOptions& options, TensorQueue& queue, JoinLedger& joins,
-                   telemetry::SetTelemetry& telemetry, const std::atomic<bool>& stopping)
-    : options_(options), queue_(queue), joins_(joins), telemetry_(telemetry), stopping_(stopping), runner_(telemetry) {}
+                   telemetry::SetTelemetry& telemetry, const std::atomic<bool>& stopping,
+                   std::function<void()> wake_engine)
+    : options_(options),
+      queue_(queue),
+      joins_(joins),
+      telemetry_(telemetry),
+      stopping_(stopping),
+      wake_engine_(std::move(wake_engine)),
+      runner_(telemetry) {}
 
 void Executor::attach(SetLinks& links, const ResponseCache& cache, ResponseCache* member_cache) {
   links_ = &links;
@@ -37,7 +44,7 @@ std::optional<uint32_t> Executor::admit(TensorEntry& entry, const std::weak_ptr<
 void Executor::enter(uint32_t slot, bool caller_waits) {
   agreed_pending_.fetch_add(1);
   if (!caller_waits) agreement().watch(Agreement::kEngine, true);
-  if (agreement().submit(slot) == Agreement::Outcome::kDiverted && !caller_waits) links_->wake();
+  if (agreement().submit(slot) == Agreement::Outcome::kDiverted && !caller_waits) wake_engine_();
 }
 
 void Executor::drive(const Work& work) {
@@ -64,7 +71,7 @@ void Executor::drive(const Work& work) {
   role.unlock();
   drivers_.fetch_sub(1);
   // What is left (a response, others' ops, a failure) is the engine's.
-  if (failed || agreed_pending_.load() > 0 || agreement().entry_waiting()) links_->wake();
+  if (failed || agreed_pending_.load() > 0 || agreement().entry_waiting()) wake_engine_();
 }
 
 void Executor::deliver(std::vector<Response> responses) {

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,8 +56,9 @@ class Executor {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // `wake_engine`: makes the engine thread look at the log (any thread).
   Executor(const EngineOptions& options, TensorQueue& queue, JoinLedger& joins, telemetry::SetTelemetry& telemetry,
-           const std::atomic<bool>& stopping);
+           const std::atomic<bool>& stopping, std::function<void()> wake_engine);
 
   // Engine thread, under the Submitter's lock, once the set is connected.
   // `cache` names the responses' slots; a member's `member_cache` is filled
@@ -102,6 +104,7 @@ class Executor {
   JoinLedger& joins_;
   telemetry::SetTelemetry& telemetry_;
   const std::atomic<bool>& stopping_;
+  const std::function<void()> wake_engine_;
   OpRunner runner_;
   // Set once by attach(), before any op can be admitted.
   SetLinks* links_ = nullptr;

@@ -13,11 +13,12 @@ constexpr milliseconds kLongestSleep{1000};
 
 }  // namespace
 
-ProgressEngine::ProgressEngine(EngineOptions options, Connect connect)
+ProgressEngine::ProgressEngine(EngineOptions options, Connect connect, std::shared_ptr<ProgressPool> pool)
     : options_(std::move(options)),
       telemetry_(options_.process_set_id, options_.global_ranks, options_.rank, options_.timeline),
-      executor_(options_, queue_, submitter_, telemetry_, stopping_),
-      submitter_(options_.process_set_id, queue_, executor_, stopping_) {
+      executor_(options_, queue_, submitter_, telemetry_, stopping_, [this] { wake(); }),
+      submitter_(options_.process_set_id, queue_, executor_, stopping_),
+      pool_(std::move(pool)) {
   thread_ = std::thread([this, connect = std::move(connect)] { run(connect); });
 }
 
@@ -47,20 +48,36 @@ void ProgressEngine::stop(const std::string& reason) {
   });
   if (!first) return;
   if (thread_.joinable()) thread_.join();
+  if (slot_) pool_->remove(*slot_);  // no pool thread runs the set after this
+  if (failure_thread_.joinable()) failure_thread_.join();
   auto error = std::make_exception_ptr(InvalidArgument(reason));
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(error);
   executor_.fail_running(error);
 }
 
 void ProgressEngine::wake() {
-  if (SetLinks* links = awake_links_.load()) links->wake();
+  if (ProgressPool::Slot* slot = awake_slot_.load()) pool_->notify(*slot);
+  else if (SetLinks* links = awake_links_.load()) links->wake();
 }
 
+// The connecting thread: hands the set to the pool, or runs it.
 void ProgressEngine::run(const Connect& connect) {
   if (!connect_links(connect)) return;
+  if (pool_ && links_->control().armable()) {
+    slot_ = pool_->add(*this);
+    awake_slot_ = slot_.get();
+    pool_->notify(*slot_);  // for a submission that woke the control plane meanwhile
+    return;
+  }
   serve();
+  conclude_failure();
+}
+
+// Decides who is missing after the set broke, and fails everything with
+// the verdict; nothing when it was stopped (stop() fails what is left).
+void ProgressEngine::conclude_failure() {
   std::optional<SetFailure>& failed = failure();
-  if (stopping_ || !failed) return;  // stop() fails what is left
+  if (stopping_ || !failed) return;
   FailureProtocol protocol(options_, *links_, stopping_);
   const std::string message = coordinator_ ? protocol.conclude(std::move(*failed), coordinator_->closed(),
                                                                coordinator_->reported())
@@ -97,24 +114,56 @@ std::optional<SetFailure>& ProgressEngine::failure() {
   return coordinator_ ? coordinator_->failure() : member_->failure();
 }
 
-// Negotiates and runs ops until stopped or the set breaks.
+// Without a pool: negotiates and runs ops until stopped or the set breaks,
+// sleeping on the control plane in between.
 void ProgressEngine::serve() {
   while (!stopping_ && !failure()) {
     try {
-      step();
+      const Clock::time_point due = step();
+      if (failure()) break;
+      if (std::optional<ControlMessage> message = links_->receive(due)) on_message(*message);
     } catch (const std::exception& e) {
-      // A collective or a control message failed; who is missing is not
-      // known yet. A member whose collective failed after it had run nothing
-      // for the op timeout has waited that long itself.
-      SetFailure failed{e.what(), {}, true, false};
-      failed.waited_out = !coordinator_ && options_.timeout.count() > 0 &&
-                          Clock::now() - executor_.last_run() >= options_.timeout;
-      failure() = std::move(failed);
+      record_failure(e);
     }
   }
 }
 
-void ProgressEngine::step() {
+// With a pool: does what there is to do, reading every control message
+// already there, and returns when it must run again.
+std::optional<ProgressEngine::Clock::time_point> ProgressEngine::service() {
+  Clock::time_point due = Clock::time_point::max();
+  try {
+    while (!stopping_ && !failure()) {
+      due = step();
+      if (failure()) break;
+      std::optional<ControlMessage> message = links_->receive(Clock::time_point::min());
+      if (!message) break;
+      on_message(*message);
+    }
+  } catch (const std::exception& e) {
+    record_failure(e);
+  }
+  if (stopping_) return std::nullopt;
+  if (failure()) {
+    failure_thread_ = std::thread([this] { conclude_failure(); });
+    return std::nullopt;
+  }
+  return due;
+}
+
+// A collective or a control message failed; who is missing is not known
+// yet. A member whose collective failed after it had run nothing for the
+// op timeout has waited that long itself.
+void ProgressEngine::record_failure(const std::exception& e) {
+  SetFailure failed{e.what(), {}, true, false};
+  failed.waited_out =
+      !coordinator_ && options_.timeout.count() > 0 && Clock::now() - executor_.last_run() >= options_.timeout;
+  failure() = std::move(failed);
+}
+
+// Takes new submissions, negotiates, runs the log and inspects when due;
+// returns when the loop must look again even if no message arrives.
+ProgressEngine::Clock::time_point ProgressEngine::step() {
   std::vector<Request> fresh = queue_.take_new();
   auto now = Clock::now();
   if (coordinator_) {
@@ -128,13 +177,14 @@ void ProgressEngine::step() {
   auto deadline = now + (coordinator_ && coordinator_->holding() ? milliseconds{1} : kLongestSleep);
   if (now >= next_inspection_) {
     next_inspection_ = inspect(now);
-    if (failure()) return;
+    if (failure()) return deadline;
   }
-  deadline = std::min(deadline, next_inspection_);
-  std::optional<ControlMessage> message = links_->receive(deadline);
-  if (!message) return;
-  if (coordinator_) coordinator_->on_message(*message, Clock::now());
-  else executor_.deliver(member_->on_message(*message));
+  return std::min(deadline, next_inspection_);
+}
+
+void ProgressEngine::on_message(const ControlMessage& message) {
+  if (coordinator_) coordinator_->on_message(message, Clock::now());
+  else executor_.deliver(member_->on_message(message));
 }
 
 // Coordinator: agreed responses go to every member, then into the log.

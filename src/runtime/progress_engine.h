@@ -1,17 +1,24 @@
-// ProgressEngine: one process set's background thread on one rank, and the
-// parts it is made of.
+// ProgressEngine: one process set's engine on one rank, and the parts it is
+// made of.
 //
-// The thread first connects the set (the `connect` function, which blocks
-// until every member is there), so creating a set never blocks the caller and
-// members may create sets in any order. Front-end threads submit() ops, also
-// while it connects (Submitter); the engine negotiates them with the set's
-// other members over the control plane — set rank 0 coordinates
-// (CoordinatorLoop), the others follow (MemberLoop) — and the Executor runs
-// the agreed ops in the one order the set's Agreement gives
-// (control/agreement.h). It sleeps on the control plane until local work or
-// a control message arrives, or until the next stall inspection is due (at
-// most a second): no polling cycle, and no other set's engine is ever
-// waited for. Every link to the other members goes through SetLinks.
+// A thread of the set's own first connects the set (the `connect` function,
+// which blocks until every member is there), so creating a set never blocks
+// the caller and members may create sets in any order. Front-end threads
+// submit() ops, also while it connects (Submitter); the engine negotiates
+// them with the set's other members over the control plane — set rank 0
+// coordinates (CoordinatorLoop), the others follow (MemberLoop) — and the
+// Executor runs the agreed ops in the one order the set's Agreement gives
+// (control/agreement.h). Every link to the other members goes through
+// SetLinks.
+//
+// Who runs it once connected: the rank's ProgressPool, when the engine has
+// one and the set's control plane can be armed (runtime/progress_pool.h:
+// threads shared by every set, run when a submission, a control message or
+// the next stall inspection needs them; the connecting thread exits), else
+// that thread, which sleeps on the control plane in between. Either way
+// one thread at a time runs the engine's loop ("the engine thread" below
+// and in its parts), no polling cycle, and no other set's engine is ever
+// waited for.
 //
 // Join (Negotiator): a member that submitted a join op takes part in the
 // other members' allreduces and barriers with stand-ins (zeros) built from
@@ -22,10 +29,11 @@
 // The set is its own fault domain. It breaks when a member's control
 // connection closes, a collective fails, or an op waits past the op timeout
 // (or the stall shutdown time) for members that never submit it. Then the
-// FailureProtocol decides which members are missing and every member gets
-// the coordinator's verdict; every pending and later op of the set fails
-// with PeerFailure carrying it, which names the set, its ranks and the
-// missing ranks (docs/fault_tolerance.md). Other sets are not touched.
+// FailureProtocol (on a thread of its own) decides which members are
+// missing and every member gets the coordinator's verdict; every pending
+// and later op of the set fails with PeerFailure carrying it, which names
+// the set, its ranks and the missing ranks (docs/fault_tolerance.md).
+// Other sets are not touched.
 //
 // The fast lane (sets whose members share a host, src/transport/shm/
 // fast_lane.h, control/lane_agreement.h): an op found in the response cache
@@ -59,6 +67,7 @@
 #include "runtime/executor.h"
 #include "runtime/failure_protocol.h"
 #include "runtime/member_loop.h"
+#include "runtime/progress_pool.h"
 #include "runtime/set_links.h"
 #include "runtime/submitter.h"
 #include "telemetry/set_telemetry.h"
@@ -66,13 +75,16 @@
 
 namespace hora {
 
-class ProgressEngine final : public WorkDriver, public std::enable_shared_from_this<ProgressEngine> {
+class ProgressEngine final : public WorkDriver,
+                             public ProgressPool::Client,
+                             public std::enable_shared_from_this<ProgressEngine> {
  public:
   using Clock = std::chrono::steady_clock;
   // Connects the set; gives up (throwing) once `cancelled` is set.
   using Connect = std::function<SetTransports(const std::atomic<bool>& cancelled)>;
 
-  ProgressEngine(EngineOptions options, Connect connect);
+  // `pool`: the rank's shared threads (null: the set keeps a thread).
+  ProgressEngine(EngineOptions options, Connect connect, std::shared_ptr<ProgressPool> pool = nullptr);
   ~ProgressEngine() override;
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
@@ -108,14 +120,21 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   }
 
  private:
+  // ProgressPool::Client (the pool's thread that holds the set).
+  std::optional<Clock::time_point> service() override;
+  ControlPlane& control() override { return links_->control(); }
+
   void run(const Connect& connect);
   bool connect_links(const Connect& connect);
   void serve();
-  void step();
+  Clock::time_point step();
+  void on_message(const ControlMessage& message);
+  void conclude_failure();
   void dispatch(Clock::time_point now);
   Clock::time_point inspect(Clock::time_point now);
   std::optional<SetFailure>& failure();
   void wake();
+  void record_failure(const std::exception& e);
   void fail_everything(std::exception_ptr error);
 
   const EngineOptions options_;
@@ -127,11 +146,15 @@ class ProgressEngine final : public WorkDriver, public std::enable_shared_from_t
   // Engine thread only, once connected (links_ also for stop()).
   std::unique_ptr<SetLinks> links_;
   std::atomic<SetLinks*> awake_links_{nullptr};  // links_ once connected, for wake()
+  const std::shared_ptr<ProgressPool> pool_;
+  std::shared_ptr<ProgressPool::Slot> slot_;   // set by the connecting thread
+  std::atomic<ProgressPool::Slot*> awake_slot_{nullptr};  // slot_ once registered, for wake()
   std::optional<CoordinatorLoop> coordinator_;
   std::optional<MemberLoop> member_;
   Clock::time_point next_inspection_{};
 
-  std::thread thread_;
+  std::thread thread_;          // connects (and runs the set without a pool)
+  std::thread failure_thread_;  // the failure protocol, with a pool
 };
 
 }  // namespace hora

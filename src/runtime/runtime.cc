@@ -46,6 +46,7 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
       store_(config_.epoch == 0 ? std::move(store)
                                 : make_prefix_store("epoch." + std::to_string(config_.epoch), std::move(store))),
       planner_(std::move(planner)),
+      pool_(config_.progress_pool && ProgressPool::supported() ? std::make_shared<ProgressPool>() : nullptr),
       timeline_(std::make_shared<telemetry::Timeline>()),
       table_(std::make_unique<ProcessSetTable>()) {
   if (!config_.timeline_path.empty()) start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
@@ -95,7 +96,7 @@ void Runtime::create_set(const ProcessSet& set, std::shared_ptr<Store> set_store
   EngineOptions options{set.id, set.ranks, set.rank, config_.fusion_threshold, config_.cache_capacity,
                         config_.timeout, config_.stall_warning_time, config_.stall_shutdown_time,
                         planner_->name(), timeline_, config_.divergence_timeout};
-  auto engine = std::make_shared<ProgressEngine>(std::move(options), connect);
+  auto engine = std::make_shared<ProgressEngine>(std::move(options), connect, pool_);
   std::lock_guard<std::mutex> lock(mutex_);
   engines_[set.id] = std::move(engine);
 }

@@ -5,7 +5,8 @@
 // else negotiation through the coordinator), as the planner made them
 // (planner/transport_planner.h).
 //
-// Threads: data() from the executor, receive() from the engine thread;
+// Threads: data() from the executor, receive() and control() from the
+// engine thread;
 // send(), wake() and abort() from any thread. Owns the Backend, the
 // ControlPlane and the Agreement; does not block beyond what their calls do.
 #pragma once
@@ -44,6 +45,7 @@ class SetLinks {
     return control_->receive(deadline);
   }
   void wake() { control_->wake(); }
+  ControlPlane& control() { return *control_; }
   // Gives up the data plane (Backend::abort); the control plane keeps working.
   void abort(const std::string& reason) { backend_->abort(reason); }
 

@@ -157,6 +157,7 @@ RuntimeConfig runtime_config_from_env() {
                           std::to_string(kMaxElasticRounds - 1));
   c.elastic_round = static_cast<int>(round);
   c.shm = read_int({"HORA_SHM"}, 1) != 0;
+  c.progress_pool = read_int({"HORA_PROGRESS_POOL"}, 1) != 0;
   const long long slot_bytes = read_int({"HORA_SHM_SLOT_BYTES"}, 0);
   if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");
   c.shm_slot_bytes = static_cast<size_t>(slot_bytes);

@@ -46,7 +46,7 @@ class SubmitterTest : public ::testing::Test {
   std::atomic<bool> stopping_{false};
   telemetry::SetTelemetry telemetry_{7, {1, 3, 5}, 1, nullptr};
   TensorQueue queue_;
-  Executor executor_{options_, queue_, submitter_, telemetry_, stopping_};
+  Executor executor_{options_, queue_, submitter_, telemetry_, stopping_, [] {}};
   Submitter submitter_{7, queue_, executor_, stopping_};
 };
 

@@ -109,6 +109,12 @@ bool ControlRings::pending() const {
   return false;
 }
 
+bool ControlRings::drained() const {
+  for (const Inbox& inbox : inboxes_)
+    if (inbox.peer >= 0 && (inbox.frames.ready() || (inbox.closed && !inbox.closure_reported))) return true;
+  return false;
+}
+
 std::optional<RingMessage> ControlRings::next(bool check_liveness) {
   drain_inboxes(check_liveness);
   return pop_frame();

@@ -51,6 +51,9 @@ class ControlRings {
   std::optional<RingMessage> next(bool check_liveness);
   // Whether an incoming ring holds bytes or a linked peer departed.
   bool pending() const;
+  // Under reader_mutex(): whether next() has a frame or closure already
+  // drained from the rings (by a collective meanwhile).
+  bool drained() const;
   // Drains the incoming rings if no other thread is reading them.
   void drain_if_reader();
 

@@ -8,8 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
+
+#include "util/futex.h"
 
 namespace hora::shm {
 
@@ -94,6 +97,21 @@ class Doorbell {
       std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed);
     }
   }
+
+  // Counts a sleeper that sleeps elsewhere (futex_wait_any()) until
+  // disarm(), so that ring() wakes it: returns the word to sleep on and the
+  // value it held before the count, or nullopt (not counted) when ready()
+  // is true already. The same ordering as wait().
+  template <typename Ready>
+  std::optional<FutexWait> arm(Ready&& ready) const {
+    const uint32_t seen = std::atomic_ref<uint32_t>(*word_).load(std::memory_order_acquire);
+    std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!ready()) return FutexWait{word_, seen};
+    disarm();
+    return std::nullopt;
+  }
+  void disarm() const noexcept { std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   void sleep(uint32_t seen, Clock::duration timeout) const noexcept;

@@ -1,0 +1,313 @@
+#include "runtime/progress_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "util/futex.h"
+#include "util/log.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A thread idle this long above the resting number exits.
+constexpr milliseconds kIdleExit{1000};
+// A watcher that wakes for one set's due time runs every set due this
+// soon with it, so that timers of many sets cost one wake.
+constexpr milliseconds kCoalesce{10};
+
+}  // namespace
+
+struct ProgressPool::Slot : std::enable_shared_from_this<Slot> {
+  enum State : int { kIdle, kQueued, kRunning, kAgain };
+
+  explicit Slot(Client& c) : client(&c) {}
+
+  Client* const client;
+  std::atomic<int> state{kQueued};
+  // Guarded by the pool's mutex.
+  bool removed = false;
+  bool armed = false;
+  FutexWait wait;
+  Clock::time_point due = Clock::time_point::max();
+  Watch* watch = nullptr;  // listed there while idle
+};
+
+// The sets one watcher sleeps on. Guarded by the pool's mutex, except
+// `word`, which the watcher's futex_waitv reads.
+struct ProgressPool::Watch {
+  std::vector<std::shared_ptr<Slot>> slots;
+  uint32_t word = 0;      // changed to wake the watcher when its list changes
+  bool held = false;      // a thread watches it
+  bool sleeping = false;  // that thread sleeps in futex_waitv
+};
+
+struct ProgressPool::Worker {
+  std::binary_semaphore wake{0};
+  bool handed = false;  // taken off the idle list to do something
+  bool exited = false;
+  std::thread thread;
+};
+
+ProgressPool::ProgressPool(int resting, int max_threads)
+    : resting_(std::max(0, resting)), max_threads_(std::max(1, max_threads)) {}
+
+ProgressPool::~ProgressPool() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
+  for (auto& watch : watches_) bump(*watch);
+  for (Worker* idle : idle_) {
+    idle->handed = true;
+    ++coming_;
+    idle->wake.release();
+  }
+  idle_.clear();
+  all_exited_.wait(lock, [&] { return threads_ == 0; });
+  std::vector<std::unique_ptr<Worker>> workers = std::move(workers_);
+  lock.unlock();
+  for (auto& worker : workers) worker->thread.join();
+}
+
+bool ProgressPool::supported() { return futex_wait_any_supported(); }
+
+std::shared_ptr<ProgressPool::Slot> ProgressPool::add(Client& client) {
+  auto slot = std::make_shared<Slot>(client);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ready_.push_back(slot);
+  staff_locked();
+  return slot;
+}
+
+void ProgressPool::notify(Slot& slot) {
+  int state = slot.state.load();
+  while (state == Slot::kRunning)
+    if (slot.state.compare_exchange_weak(state, Slot::kAgain)) return;
+  if (state != Slot::kIdle) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  notify_locked(slot.shared_from_this());
+}
+
+void ProgressPool::notify_locked(const std::shared_ptr<Slot>& slot) {
+  if (slot->removed) return;
+  int state = slot->state.load();
+  for (;;) {
+    if (state == Slot::kIdle) {
+      if (!slot->state.compare_exchange_weak(state, Slot::kQueued)) continue;
+      ready_.push_back(slot);
+      staff_locked();
+      return;
+    }
+    if (state == Slot::kRunning) {
+      if (!slot->state.compare_exchange_weak(state, Slot::kAgain)) continue;
+      return;
+    }
+    return;
+  }
+}
+
+void ProgressPool::remove(Slot& slot) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  slot.removed = true;
+  disarm_locked(slot);
+  std::erase_if(ready_, [&](const std::shared_ptr<Slot>& queued) { return queued.get() == &slot; });
+  removed_.wait(lock, [&] {
+    const int state = slot.state.load();
+    return state != Slot::kRunning && state != Slot::kAgain;
+  });
+}
+
+int ProgressPool::threads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return threads_;
+}
+
+int ProgressPool::idle_threads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(idle_.size());
+}
+
+// A worker: runs queued sets first, then takes a watch nobody holds, else
+// waits to be handed something.
+void ProgressPool::work(Worker* self) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  --coming_;
+  for (;;) {
+    if (!ready_.empty()) {
+      std::shared_ptr<Slot> slot = std::move(ready_.front());
+      ready_.pop_front();
+      staff_locked();
+      run(lock, slot);
+      continue;
+    }
+    if (stopping_) break;
+    if (Watch* vacant = vacant_watch_locked()) {
+      vacant->held = true;
+      watch(lock, *vacant);
+      vacant->held = false;
+      continue;
+    }
+    if (!idle_wait(lock, self)) break;
+  }
+  --threads_;
+  self->exited = true;
+  all_exited_.notify_all();
+}
+
+// Waits to be handed something; false when this thread should exit.
+bool ProgressPool::idle_wait(std::unique_lock<std::mutex>& lock, Worker* self) {
+  self->handed = false;
+  idle_.push_back(self);
+  lock.unlock();
+  const bool woken = self->wake.try_acquire_for(kIdleExit);
+  lock.lock();
+  if (self->handed) {
+    if (!woken) self->wake.acquire();  // released under the lock we hold now: at once
+    --coming_;
+    return true;
+  }
+  std::erase(idle_, self);
+  return threads_ <= resting_ && !stopping_;
+}
+
+// Sleeps on the watch's sets until one has something or is due; the sets
+// found so are queued, and the watch is left to another thread.
+void ProgressPool::watch(std::unique_lock<std::mutex>& lock, Watch& watch) {
+  std::vector<FutexWait> waits;
+  while (!stopping_ && !watch.slots.empty()) {
+    waits.clear();
+    waits.push_back(FutexWait{&watch.word, watch.word});
+    Clock::time_point due = Clock::time_point::max();
+    for (const auto& slot : watch.slots) {
+      if (slot->armed) waits.push_back(slot->wait);
+      due = std::min(due, slot->due);
+    }
+    watch.sleeping = true;
+    lock.unlock();
+    futex_wait_any(waits, due);
+    lock.lock();
+    watch.sleeping = false;
+    const auto soon = Clock::now() + kCoalesce;
+    for (size_t i = 0; i < watch.slots.size();) {
+      std::shared_ptr<Slot> slot = watch.slots[i];
+      const bool rung =
+          slot->armed && std::atomic_ref<uint32_t>(*slot->wait.word).load(std::memory_order_acquire) != slot->wait.seen;
+      if (!rung && slot->due > soon) {
+        ++i;
+        continue;
+      }
+      disarm_locked(*slot);  // takes it off watch.slots
+      notify_locked(slot);
+    }
+    if (!ready_.empty()) return;
+  }
+}
+
+// Runs the set's service() until nothing notified it meanwhile, then arms
+// it (or drops it when service() says so).
+void ProgressPool::run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot) {
+  if (slot->removed) return;
+  slot->state.store(Slot::kRunning);
+  lock.unlock();
+  std::optional<Clock::time_point> due;
+  for (;;) {
+    try {
+      due = slot->client->service();
+    } catch (const std::exception& e) {
+      log_warning(std::string("a process set's progress failed: ") + e.what());
+      due.reset();
+    }
+    if (!due) break;
+    int running = Slot::kRunning;
+    if (slot->state.compare_exchange_strong(running, Slot::kIdle)) break;
+    slot->state.store(Slot::kRunning);  // notified meanwhile: once more
+  }
+  lock.lock();
+  if (!due) {
+    slot->removed = true;
+    disarm_locked(*slot);
+    slot->state.store(Slot::kIdle);
+  } else {
+    arm_locked(slot, *due);
+  }
+  removed_.notify_all();
+}
+
+void ProgressPool::arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due) {
+  if (slot->removed) return;
+  if (!slot->armed) {
+    std::optional<ControlPlane::Armed> armed = slot->client->control().arm();
+    if (!armed) {  // something is there already
+      if (slot->watch) disarm_locked(*slot);
+      return notify_locked(slot);
+    }
+    slot->armed = true;
+    slot->wait = armed->wait;
+    due = std::min(due, armed->look_again);
+  }
+  slot->due = due;
+  if (!slot->watch) {
+    auto roomy = std::find_if(watches_.begin(), watches_.end(),
+                              [](const auto& watch) { return watch->slots.size() < kSetsPerWatch; });
+    if (roomy == watches_.end()) roomy = watches_.insert(watches_.end(), std::make_unique<Watch>());
+    slot->watch = roomy->get();
+    slot->watch->slots.push_back(slot);
+  }
+  bump(*slot->watch);
+  staff_locked();
+}
+
+// Disarms the set's control plane and takes it off its watch.
+void ProgressPool::disarm_locked(Slot& slot) {
+  if (slot.armed) {
+    slot.client->control().disarm();
+    slot.armed = false;
+  }
+  if (Watch* watch = std::exchange(slot.watch, nullptr))
+    std::erase_if(watch->slots, [&](const std::shared_ptr<Slot>& listed) { return listed.get() == &slot; });
+  slot.due = Clock::time_point::max();
+}
+
+// Makes a sleeping watcher look at its list again.
+void ProgressPool::bump(Watch& watch) {
+  if (!watch.sleeping) return;  // it looks before it sleeps again
+  std::atomic_ref<uint32_t>(watch.word).fetch_add(1, std::memory_order_release);
+  futex_wake_all(&watch.word);
+}
+
+ProgressPool::Watch* ProgressPool::vacant_watch_locked() {
+  for (auto& watch : watches_)
+    if (!watch->held && !watch->slots.empty()) return watch.get();
+  return nullptr;
+}
+
+// Wakes idle threads, or starts new ones, until every queued set and every
+// watch without a watcher has a thread coming for it.
+void ProgressPool::staff_locked() {
+  int wanted = static_cast<int>(ready_.size());
+  for (auto& watch : watches_)
+    if (!watch->held && !watch->slots.empty()) ++wanted;
+  while (coming_ < wanted && !idle_.empty()) {
+    Worker* idle = idle_.back();
+    idle_.pop_back();
+    idle->handed = true;
+    ++coming_;
+    idle->wake.release();
+  }
+  if (coming_ >= wanted || stopping_) return;
+  std::erase_if(workers_, [](const std::unique_ptr<Worker>& worker) {
+    if (!worker->exited) return false;
+    worker->thread.join();  // it has left the pool's code already
+    return true;
+  });
+  while (coming_ < wanted && threads_ < max_threads_) {
+    auto worker = std::make_unique<Worker>();
+    Worker* self = worker.get();
+    ++threads_;
+    ++coming_;
+    worker->thread = std::thread([this, self] { work(self); });
+    workers_.push_back(std::move(worker));
+  }
+}
+
+}  // namespace hora

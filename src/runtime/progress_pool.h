@@ -1,0 +1,115 @@
+// ProgressPool: the threads that run every process set's engine on one rank,
+// instead of a thread per set (docs/progress_threads.md).
+//
+// Waiting is shared: an idle set's control plane is armed (ControlPlane::
+// arm(): a futex word that changes when it has something), and one watcher
+// thread sleeps on up to kSetsPerWatch sets' words at once (futex_waitv),
+// plus each set's next due time (stall inspection, liveness checks). Running
+// is not: a set that is notified (a submission, a control message, its due
+// time) is queued and a worker runs its Client::service(), which may block
+// in a collective for as long as the op takes. A set is run by one thread at
+// a time; a notification that arrives while it runs makes it run again.
+//
+// Who watches and who runs trade places (leader and followers): the watcher
+// that finds a set ready hands its watch to another thread and runs the set
+// itself, so a message costs the set one thread wake, as with a thread of
+// its own. Whenever a set is queued or a watch has no watcher and no idle
+// thread is there, the pool starts one more, up to max_threads; threads
+// idle for a second above `resting` exit. So the thread count follows the
+// number of sets in a collective at once, not the number of live sets, and
+// no set waits behind another set's collective (below the cap).
+//
+// Threads: add(), notify() and remove() from any thread; remove() blocks
+// until no thread runs the set or watches its control plane. The pool owns
+// its threads; clients must be removed before it is destroyed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <thread>
+#include <vector>
+
+#include "control/control_plane.h"
+
+namespace hora {
+
+class ProgressPool {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // One process set's engine, as the pool runs it.
+  class Client {
+   public:
+    virtual ~Client() = default;
+    // Does what the set has to do now without waiting for messages (it may
+    // block in a collective). Returns when it must run again if nothing
+    // notifies it first, or nullopt: the pool drops it (stopped or broken).
+    virtual std::optional<Clock::time_point> service() = 0;
+    // Its control plane; must be armable().
+    virtual ControlPlane& control() = 0;
+  };
+  struct Slot;
+
+  // `resting`: idle threads kept; `max_threads`: the most it starts.
+  explicit ProgressPool(int resting = 2, int max_threads = 64);
+  ~ProgressPool();
+  ProgressPool(const ProgressPool&) = delete;
+  ProgressPool& operator=(const ProgressPool&) = delete;
+
+  // Whether this kernel lets one thread wait on many futex words; without
+  // it every set keeps a thread of its own.
+  static bool supported();
+  // Registers `client` and queues it (its first service() runs at once).
+  std::shared_ptr<Slot> add(Client& client);
+  // The set has work: queues it, or makes it run again if it runs now.
+  void notify(Slot& slot);
+  // Drops the set: disarms its control plane, waits until no thread runs
+  // it; client is not called afterwards. Idempotent.
+  void remove(Slot& slot);
+
+  // The pool's threads now, and how many of them are idle (tests).
+  int threads() const;
+  int idle_threads() const;
+
+  // Sets one watcher sleeps on (futex_waitv's limit less the pool's word).
+  static constexpr size_t kSetsPerWatch = 127;
+
+ private:
+  struct Watch;
+  struct Worker;
+
+  void work(Worker* self);
+  void watch(std::unique_lock<std::mutex>& lock, Watch& watch);
+  void run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot);
+  void notify_locked(const std::shared_ptr<Slot>& slot);
+  void arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due);
+  void disarm_locked(Slot& slot);
+  void bump(Watch& watch);
+  void staff_locked();
+  Watch* vacant_watch_locked();
+  bool idle_wait(std::unique_lock<std::mutex>& lock, Worker* self);
+
+  const int resting_;
+  const int max_threads_;
+  mutable std::mutex mutex_;
+  std::condition_variable removed_;  // a slot stopped running
+  // Guarded by mutex_.
+  bool stopping_ = false;
+  std::deque<std::shared_ptr<Slot>> ready_;
+  std::vector<std::unique_ptr<Watch>> watches_;
+  std::vector<Worker*> idle_;  // most recently idle last
+  int threads_ = 0;
+  int coming_ = 0;  // threads woken or started that have not taken work yet
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> exited_;  // to join
+  std::condition_variable all_exited_;
+};
+
+}  // namespace hora
