@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <climits>
 #include <ctime>
+#include <map>
+#include <mutex>
 
 namespace hora::shm {
 namespace {
@@ -70,42 +72,46 @@ int Seats::take() const noexcept {
   return cpu;
 }
 
-PeerWatch::PeerWatch(const std::vector<pid_t>& pids) : pids_(pids), pidfds_(pids.size(), -1) {
+Pidfd::~Pidfd() { close(fd_); }
+
+bool Pidfd::exited() const {
+  pollfd fd{fd_, POLLIN, 0};
+  return poll(&fd, 1, 0) > 0 && (fd.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+namespace {
+
+// The pidfds the sets of this process hold, by pid. A cache of kernel
+// handles (entries go when the last set lets go), the one table of its
+// kind: sets are made on many threads, so it has its own lock.
+std::shared_ptr<const Pidfd> shared_pidfd(pid_t pid) {
+  static std::mutex mutex;
+  static std::map<pid_t, std::weak_ptr<const Pidfd>> open;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::erase_if(open, [](const auto& entry) { return entry.second.expired(); });
+  if (auto it = open.find(pid); it != open.end()) {
+    std::shared_ptr<const Pidfd> held = it->second.lock();
+    if (held && !held->exited()) return held;
+  }
+  const int fd = open_pidfd(pid);
+  if (fd < 0) return nullptr;
+  auto pidfd = std::make_shared<const Pidfd>(fd);
+  open[pid] = pidfd;
+  return pidfd;
+}
+
+}  // namespace
+
+PeerWatch::PeerWatch(const std::vector<pid_t>& pids) : pids_(pids), pidfds_(pids.size()) {
   for (size_t i = 0; i < pids.size(); ++i) {
-    if (pids[i] > 0 && pids[i] != getpid()) pidfds_[i] = open_pidfd(pids[i]);
+    if (pids[i] > 0 && pids[i] != getpid()) pidfds_[i] = shared_pidfd(pids[i]);
   }
-}
-
-PeerWatch::PeerWatch(PeerWatch&& other) noexcept
-    : pids_(std::move(other.pids_)), pidfds_(std::move(other.pidfds_)) {
-  other.pidfds_.clear();
-}
-
-PeerWatch& PeerWatch::operator=(PeerWatch&& other) noexcept {
-  if (this != &other) {
-    close_all();
-    pids_ = std::move(other.pids_);
-    pidfds_ = std::move(other.pidfds_);
-    other.pidfds_.clear();
-  }
-  return *this;
-}
-
-PeerWatch::~PeerWatch() { close_all(); }
-
-void PeerWatch::close_all() noexcept {
-  for (int fd : pidfds_)
-    if (fd >= 0) close(fd);
-  pidfds_.clear();
 }
 
 bool PeerWatch::exited(int rank) const {
   const size_t i = static_cast<size_t>(rank);
   if (pids_[i] == getpid()) return false;
-  if (pidfds_[i] >= 0) {
-    pollfd fd{pidfds_[i], POLLIN, 0};
-    return poll(&fd, 1, 0) > 0 && (fd.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-  }
+  if (pidfds_[i]) return pidfds_[i]->exited();
   return kill(pids_[i], 0) != 0 && errno == ESRCH;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -170,28 +171,39 @@ class Seats {
   int rank_ = 0;
 };
 
+// A pidfd of one peer process, shared by every set that watches it: a
+// rank in many sets with the same peers holds one descriptor per peer
+// process, not one per set and peer.
+class Pidfd {
+ public:
+  explicit Pidfd(int fd) : fd_(fd) {}
+  ~Pidfd();
+  Pidfd(const Pidfd&) = delete;
+  Pidfd& operator=(const Pidfd&) = delete;
+  // Whether the process has exited (a zombie counts).
+  bool exited() const;
+
+ private:
+  int fd_;
+};
+
 // Watches the processes of a set's members for their exit, through pidfds
 // (kill(pid, 0) where the kernel has none). The pids must come from the
 // same pid namespace as this process (host identity includes it).
 class PeerWatch {
  public:
   PeerWatch() = default;
+  // Takes the pidfd of a process another set watches already, unless that
+  // process has exited (its pid may name a new process now).
   explicit PeerWatch(const std::vector<pid_t>& pids);
-  PeerWatch(PeerWatch&& other) noexcept;
-  PeerWatch& operator=(PeerWatch&& other) noexcept;
-  PeerWatch(const PeerWatch&) = delete;
-  PeerWatch& operator=(const PeerWatch&) = delete;
-  ~PeerWatch();
 
   // Whether member `rank`'s process has exited (a zombie counts).
   bool exited(int rank) const;
   pid_t pid(int rank) const { return pids_[static_cast<size_t>(rank)]; }
 
  private:
-  void close_all() noexcept;
-
   std::vector<pid_t> pids_;
-  std::vector<int> pidfds_;  // -1 where none
+  std::vector<std::shared_ptr<const Pidfd>> pidfds_;  // null where none
 };
 
 }  // namespace hora::shm

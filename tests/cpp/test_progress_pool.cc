@@ -1,0 +1,307 @@
+// ProgressPool: sets run when notified, when their control plane rings and
+// when they are due; idle sets cost no thread; a set blocked in a long
+// collective never delays another; sets that wait for each other all get a
+// thread; remove() waits for a running set. Then the same through Runtime:
+// many live sets on a rank cost a bounded number of threads.
+#include <gtest/gtest.h>
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ranks_as_threads.h"
+#include "runtime/progress_pool.h"
+#include "util/futex.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A control plane that is only its arming: ring() moves one futex word.
+class WordPlane final : public ControlPlane {
+ public:
+  void send(int, const std::vector<uint8_t>&) override {}
+  std::optional<ControlMessage> receive(Clock::time_point) override { return std::nullopt; }
+  void wake() override { ring(); }
+  bool armable() const override { return true; }
+  std::optional<Armed> arm() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_) return std::nullopt;
+    ++armed_;
+    return Armed{FutexWait{&word_, std::atomic_ref<uint32_t>(word_).load()}};
+  }
+  void disarm() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --armed_;
+  }
+
+  void ring() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ = true;
+      std::atomic_ref<uint32_t>(word_).fetch_add(1);
+    }
+    futex_wake_all(&word_);
+  }
+  void take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_ = false;
+  }
+  int armed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return armed_;
+  }
+
+ private:
+  std::mutex mutex_;
+  uint32_t word_ = 0;
+  bool pending_ = false;
+  int armed_ = 0;
+};
+
+// Counts its runs; `during` runs inside service() (it may block); runs
+// again after `period` unless that is zero; `stop` makes service() drop it.
+class CountingSet final : public ProgressPool::Client {
+ public:
+  std::optional<Clock::time_point> service() override {
+    plane.take();
+    const int run = ++runs;
+    if (during) during(run);
+    if (stop) return std::nullopt;
+    return period.count() > 0 ? Clock::now() + period : Clock::time_point::max();
+  }
+  ControlPlane& control() override { return plane; }
+
+  WordPlane plane;
+  std::atomic<int> runs{0};
+  std::function<void(int)> during;
+  std::chrono::milliseconds period{0};
+  std::atomic<bool> stop{false};
+};
+
+// Waits up to `limit` for `done`.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  const auto until = Clock::now() + limit;
+  while (!done()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Runs once when added, then sleeps armed until its plane rings.
+TEST(ProgressPool, RunsASetWhenAddedAndWhenItsControlPlaneRings) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel: sets keep their own thread";
+  ProgressPool pool;
+  CountingSet set;
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.runs >= 1 && set.plane.armed() == 1; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, 1) << "an armed set that nothing rang ran again";
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs >= 2 && set.plane.armed() == 1; }));
+  pool.notify(*slot);
+  ASSERT_TRUE(eventually([&] { return set.runs >= 3; }));
+  pool.remove(*slot);
+  EXPECT_EQ(set.plane.armed(), 0) << "a removed set's control plane is still armed";
+}
+
+TEST(ProgressPool, RunsASetAgainWhenItIsDue) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  CountingSet set;
+  set.period = 20ms;
+  auto slot = pool.add(set);
+  EXPECT_TRUE(eventually([&] { return set.runs >= 5; }, 5s)) << "a set due every 20 ms ran " << set.runs << " times";
+  pool.remove(*slot);
+}
+
+// One set's collective blocks its thread; another set's messages are still
+// served meanwhile.
+TEST(ProgressPool, ASetInALongCollectiveDoesNotDelayAnother) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool(/*resting=*/0);
+  std::latch release(1);
+  CountingSet busy, other;
+  busy.during = [&](int run) {
+    if (run == 2) release.wait();
+  };
+  auto busy_slot = pool.add(busy);
+  auto other_slot = pool.add(other);
+  ASSERT_TRUE(eventually([&] { return busy.plane.armed() == 1 && other.plane.armed() == 1; }));
+  busy.plane.ring();
+  ASSERT_TRUE(eventually([&] { return busy.runs == 2; }));
+  for (int i = 0; i < 20; ++i) {
+    const int before = other.runs;
+    other.plane.ring();
+    ASSERT_TRUE(eventually([&] { return other.runs > before; }, 5s))
+        << "a set waited behind another set's collective";
+  }
+  release.count_down();
+  pool.remove(*busy_slot);
+  pool.remove(*other_slot);
+}
+
+// Twelve sets whose collectives wait for each other (as sets of two ranks
+// that started them in opposite orders would): each needs a thread at once.
+TEST(ProgressPool, SetsThatWaitForEachOtherAllGetAThread) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  constexpr int kSets = 12;
+  ProgressPool pool(/*resting=*/2);
+  std::latch all_in(kSets);
+  std::vector<std::unique_ptr<CountingSet>> sets;
+  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
+  for (int i = 0; i < kSets; ++i) {
+    sets.push_back(std::make_unique<CountingSet>());
+    sets.back()->during = [&](int run) {
+      if (run == 2) all_in.arrive_and_wait();
+    };
+    slots.push_back(pool.add(*sets.back()));
+  }
+  ASSERT_TRUE(eventually([&] {
+    for (auto& set : sets)
+      if (set->plane.armed() != 1) return false;
+    return true;
+  }));
+  for (auto& set : sets) set->plane.ring();
+  ASSERT_TRUE(eventually([&] {
+    for (auto& set : sets)
+      if (set->runs < 2 || set->plane.armed() != 1) return false;
+    return true;
+  })) << "sets waiting for each other never all ran";
+  EXPECT_TRUE(eventually([&] { return pool.threads() <= 2 + 1; }, 5s))
+      << "idle threads above the resting number stayed: " << pool.threads();
+  for (auto& slot : slots) pool.remove(*slot);
+}
+
+// 300 idle sets: the resting threads plus one watcher per 127 sets.
+TEST(ProgressPool, ManyIdleSetsCostAFewThreads) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  constexpr int kSets = 300;
+  ProgressPool pool(/*resting=*/2);
+  std::vector<std::unique_ptr<CountingSet>> sets;
+  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
+  for (int i = 0; i < kSets; ++i) {
+    sets.push_back(std::make_unique<CountingSet>());
+    slots.push_back(pool.add(*sets.back()));
+  }
+  ASSERT_TRUE(eventually([&] {
+    for (auto& set : sets)
+      if (set->plane.armed() != 1) return false;
+    return true;
+  }));
+  const int watchers = (kSets + ProgressPool::kSetsPerWatch - 1) / ProgressPool::kSetsPerWatch;
+  EXPECT_TRUE(eventually([&] { return pool.threads() <= 2 + watchers; }, 5s)) << pool.threads() << " threads";
+  for (int i : {0, 150, 299}) {
+    sets[i]->plane.ring();
+    EXPECT_TRUE(eventually([&] { return sets[i]->runs >= 2; })) << "set " << i << " was not woken";
+  }
+  for (auto& slot : slots) pool.remove(*slot);
+}
+
+TEST(ProgressPool, RemoveWaitsForARunningSetAndItIsNotRunAfterwards) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  std::latch entered(1), release(1);
+  CountingSet set;
+  set.during = [&](int run) {
+    if (run != 2) return;
+    entered.count_down();
+    release.wait();
+  };
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.plane.armed() == 1; }));
+  set.plane.ring();
+  entered.wait();
+  std::atomic<bool> removed{false};
+  std::thread remover([&] {
+    pool.remove(*slot);
+    removed = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(removed) << "remove() returned while the set ran";
+  release.count_down();
+  remover.join();
+  const int runs = set.runs;
+  set.plane.ring();
+  pool.notify(*slot);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, runs) << "a removed set ran";
+  EXPECT_EQ(set.plane.armed(), 0);
+}
+
+TEST(ProgressPool, ASetThatSaysStopIsDroppedAndDisarmed) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  CountingSet set;
+  set.stop = true;
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
+  set.plane.ring();
+  pool.notify(*slot);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, 1) << "a dropped set ran again";
+  EXPECT_EQ(set.plane.armed(), 0);
+  pool.remove(*slot);
+}
+
+int threads_of_this_process() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* entry = readdir(dir))
+      if (entry->d_name[0] != '.') ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+TensorView view(std::vector<float>& v) { return {v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}}; }
+
+// Two ranks (threads, in-process control planes) in 64 live sets each, one
+// op run in each: the sets' engines hold a few pool threads, not 128.
+TEST(ProgressPool, ManyLiveSetsOfARuntimeCostAFewThreads) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  constexpr int kSets = 63;
+  std::latch counted(2);
+  std::atomic<int> before{0}, after{0};
+  std::latch ready(2);
+  test_support::run_ranks(2, [&](Runtime& runtime) {
+    std::vector<float> data = {1.0f};
+    OpArgs args;
+    args.op = OpType::kAllreduce;
+    args.input = view(data);
+    args.output = view(data);
+    args.name = "first";
+    runtime.enqueue(0, args)->wait();
+    ready.arrive_and_wait();
+    if (runtime.rank() == 0) before = threads_of_this_process();
+    std::vector<int32_t> ids;
+    for (int i = 0; i < kSets; ++i) ids.push_back(runtime.add_process_set({0, 1}).id);
+    for (int32_t id : ids) {
+      args.name = "use";
+      runtime.enqueue(id, args)->wait();
+    }
+    runtime.enqueue(0, args)->wait();
+    if (runtime.rank() == 0) {
+      // Threads started while sets connected and ran exit after a second idle.
+      eventually([&] { return threads_of_this_process() - before <= 8; }, 5s);
+      after = threads_of_this_process();
+    }
+    counted.arrive_and_wait();
+    for (int32_t id : ids) runtime.remove_process_set(id);
+  });
+  EXPECT_LE(after - before, 8) << 2 * kSets << " live set engines on two ranks grew the process from " << before
+                               << " to " << after << " threads";
+}
+
+}  // namespace
+}  // namespace hora
