@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "hora/errors.h"
+#include "runtime/progress_pool.h"
 
 namespace hora {
 
@@ -12,7 +13,10 @@ void OpRunner::run(Backend& data, const Response& response, std::vector<TensorEn
   telemetry::OpTimes times;
   times.start = Clock::now();
   last_run_.store(times.start.time_since_epoch().count());
-  run_collective(data, response, entries, times);
+  {
+    ProgressPool::BlockingScope blocking;  // other sets' runs go on meanwhile
+    run_collective(data, response, entries, times);
+  }
   times.end = Clock::now();
   last_run_.store(times.end.time_since_epoch().count());
   run_tensors_.clear();

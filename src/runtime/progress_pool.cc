@@ -17,6 +17,9 @@ constexpr milliseconds kIdleExit{1000};
 // soon with it, so that timers of many sets cost one wake.
 constexpr milliseconds kCoalesce{10};
 
+// The pool whose thread this is, if any (BlockingScope).
+thread_local ProgressPool* this_threads_pool = nullptr;
+
 }  // namespace
 
 struct ProgressPool::Slot : std::enable_shared_from_this<Slot> {
@@ -130,14 +133,17 @@ int ProgressPool::idle_threads() const {
 // A worker: runs queued sets first, then takes a watch nobody holds, else
 // waits to be handed something.
 void ProgressPool::work(Worker* self) {
+  this_threads_pool = this;
   std::unique_lock<std::mutex> lock(mutex_);
   --coming_;
   for (;;) {
     if (!ready_.empty()) {
       std::shared_ptr<Slot> slot = std::move(ready_.front());
       ready_.pop_front();
-      staff_locked();
+      ++running_;
+      staff_locked();  // a watch this thread left
       run(lock, slot);
+      --running_;
       continue;
     }
     if (stopping_) break;
@@ -275,16 +281,30 @@ void ProgressPool::bump(Watch& watch) {
   futex_wake_all(&watch.word);
 }
 
+ProgressPool::BlockingScope::BlockingScope() : pool_(this_threads_pool) {
+  if (!pool_) return;
+  std::lock_guard<std::mutex> lock(pool_->mutex_);
+  --pool_->running_;
+  pool_->staff_locked();
+}
+
+ProgressPool::BlockingScope::~BlockingScope() {
+  if (!pool_) return;
+  std::lock_guard<std::mutex> lock(pool_->mutex_);
+  ++pool_->running_;
+}
+
 ProgressPool::Watch* ProgressPool::vacant_watch_locked() {
   for (auto& watch : watches_)
     if (!watch->held && !watch->slots.empty()) return watch.get();
   return nullptr;
 }
 
-// Wakes idle threads, or starts new ones, until every queued set and every
-// watch without a watcher has a thread coming for it.
+// Makes sure a thread is coming for the queued sets unless one runs a set
+// outside a collective (it takes the next when done), and one for every
+// watch without a watcher: wakes idle threads, or starts new ones.
 void ProgressPool::staff_locked() {
-  int wanted = static_cast<int>(ready_.size());
+  int wanted = !ready_.empty() && running_ == 0 ? 1 : 0;
   for (auto& watch : watches_)
     if (!watch->held && !watch->slots.empty()) ++wanted;
   while (coming_ < wanted && !idle_.empty()) {

@@ -13,11 +13,14 @@
 // Who watches and who runs trade places (leader and followers): the watcher
 // that finds a set ready hands its watch to another thread and runs the set
 // itself, so a message costs the set one thread wake, as with a thread of
-// its own. Whenever a set is queued or a watch has no watcher and no idle
-// thread is there, the pool starts one more, up to max_threads; threads
-// idle for a second above `resting` exit. So the thread count follows the
-// number of sets in a collective at once, not the number of live sets, and
-// no set waits behind another set's collective (below the cap).
+// its own. A queued set gets a thread woken (or started, up to
+// max_threads) only when no thread runs a set at that moment, or every one
+// that does is inside a collective (BlockingScope): short runs stay on the
+// threads that are awake, and a set in a collective never holds up the
+// others. Threads idle for a second above `resting` exit. So the thread
+// count follows the number of sets in a collective at once, not the number
+// of live sets, and no set waits behind another set's collective (below
+// the cap).
 //
 // Threads: add(), notify() and remove() from any thread; remove() blocks
 // until no thread runs the set or watches its control plane. The pool owns
@@ -74,6 +77,20 @@ class ProgressPool {
   // it; client is not called afterwards. Idempotent.
   void remove(Slot& slot);
 
+  // Brackets a call that may block for as long as an op takes (a
+  // collective): on a pool thread, another thread serves queued sets
+  // meanwhile. Does nothing on other threads.
+  class BlockingScope {
+   public:
+    BlockingScope();
+    ~BlockingScope();
+    BlockingScope(const BlockingScope&) = delete;
+    BlockingScope& operator=(const BlockingScope&) = delete;
+
+   private:
+    ProgressPool* pool_;
+  };
+
   // The pool's threads now, and how many of them are idle (tests).
   int threads() const;
   int idle_threads() const;
@@ -106,6 +123,7 @@ class ProgressPool {
   std::vector<std::unique_ptr<Watch>> watches_;
   std::vector<Worker*> idle_;  // most recently idle last
   int threads_ = 0;
+  int running_ = 0;  // threads in a set's service() outside a BlockingScope
   int coming_ = 0;  // threads woken or started that have not taken work yet
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> exited_;  // to join

@@ -126,13 +126,15 @@ TEST(ProgressPool, RunsASetAgainWhenItIsDue) {
 }
 
 // One set's collective blocks its thread; another set's messages are still
-// served meanwhile.
+// served meanwhile. (Without the BlockingScope a collective opens, the
+// other set would wait for the thread to come back.)
 TEST(ProgressPool, ASetInALongCollectiveDoesNotDelayAnother) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   ProgressPool pool(/*resting=*/0);
   std::latch release(1);
   CountingSet busy, other;
   busy.during = [&](int run) {
+    ProgressPool::BlockingScope collective;
     if (run == 2) release.wait();
   };
   auto busy_slot = pool.add(busy);
@@ -163,6 +165,7 @@ TEST(ProgressPool, SetsThatWaitForEachOtherAllGetAThread) {
   for (int i = 0; i < kSets; ++i) {
     sets.push_back(std::make_unique<CountingSet>());
     sets.back()->during = [&](int run) {
+      ProgressPool::BlockingScope collective;
       if (run == 2) all_in.arrive_and_wait();
     };
     slots.push_back(pool.add(*sets.back()));
@@ -205,6 +208,25 @@ TEST(ProgressPool, ManyIdleSetsCostAFewThreads) {
     sets[i]->plane.ring();
     EXPECT_TRUE(eventually([&] { return sets[i]->runs >= 2; })) << "set " << i << " was not woken";
   }
+  for (auto& slot : slots) pool.remove(*slot);
+}
+
+// 100 sets due every 10 ms: bursts of short runs stay on the threads that
+// are awake instead of waking one thread per queued set.
+TEST(ProgressPool, ShortRunsDoNotMultiplyThreads) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  constexpr int kSets = 100;
+  ProgressPool pool(/*resting=*/2);
+  std::vector<std::unique_ptr<CountingSet>> sets;
+  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
+  for (int i = 0; i < kSets; ++i) {
+    sets.push_back(std::make_unique<CountingSet>());
+    sets.back()->period = 10ms;
+    slots.push_back(pool.add(*sets.back()));
+  }
+  std::this_thread::sleep_for(2500ms);  // idle threads above the resting number go after a second
+  EXPECT_LE(pool.threads(), 2 + 1 + 2) << "threads of a pool whose sets only run briefly";
+  EXPECT_GE(sets[kSets / 2]->runs, 20) << "a set due every 10 ms ran too seldom";
   for (auto& slot : slots) pool.remove(*slot);
 }
 
