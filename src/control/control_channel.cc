@@ -246,6 +246,17 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
 
 void ControlChannel::wake() { wakeup_.signal(); }
 
+std::optional<ControlPlane::Armed> ControlChannel::arm() {
+  Armed armed;
+  armed.fds.push_back(wakeup_.fd());
+  for (auto& link : links_) {
+    if (!link) continue;
+    if (link->frames.ready() || (link->closed && !link->closure_reported)) return std::nullopt;
+    if (!link->closed) armed.fds.push_back(link->socket.fd());
+  }
+  return armed;
+}
+
 std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline) {
   std::vector<pollfd> fds;
   for (;;) {

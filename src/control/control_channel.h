@@ -64,6 +64,10 @@ class ControlChannel final : public ControlPlane {
   void send(int to, const std::vector<uint8_t>& bytes) override;
   std::optional<ControlMessage> receive(Clock::time_point deadline) override;
   void wake() override;
+  // Arms as the connections and the wake-up descriptor: readable when
+  // receive() has something.
+  bool armable() const override { return true; }
+  std::optional<Armed> arm() override;
 
  private:
   // One connection, to set rank `rank`.

@@ -49,12 +49,15 @@ class ControlPlane {
   // Waiting for many sets' control planes on one thread
   // (runtime/progress_pool.h), where armable(). arm(): until disarm(),
   // anything receive() would return for or return early for (a message, a
-  // closure, wake()) changes `wait.word` from `wait.seen` and wakes its
-  // waiters; `look_again`: when receive() must be called even if nothing
-  // did (a check it makes by itself). nullopt: something is there now, not
-  // armed. Any thread, one arming at a time.
+  // closure, wake()) either changes `wait.word` from `wait.seen` and wakes
+  // its waiters, or, where `fds` is not empty, makes one of them readable;
+  // `look_again`: when receive() must be called even if nothing did (a
+  // check it makes by itself). nullopt: something is there now, not armed.
+  // Called by the engine thread (which does not receive() meanwhile);
+  // disarm() from any thread.
   struct Armed {
     FutexWait wait;
+    std::vector<int> fds;
     Clock::time_point look_again = Clock::time_point::max();
   };
   virtual bool armable() const { return false; }

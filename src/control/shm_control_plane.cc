@@ -53,7 +53,7 @@ std::optional<ControlPlane::Armed> ShmControlPlane::arm() {
   std::lock_guard<std::mutex> lock(member_->rings.reader_mutex());
   std::optional<FutexWait> wait = member_->bells[member_->rank].arm([&] { return ready(); });
   if (!wait) return std::nullopt;
-  return Armed{*wait, Clock::time_point(Clock::duration(next_liveness_check_.load()))};
+  return Armed{*wait, {}, Clock::time_point(Clock::duration(next_liveness_check_.load()))};
 }
 
 void ShmControlPlane::disarm() { member_->bells[member_->rank].disarm(); }

@@ -1,8 +1,15 @@
 #include "runtime/progress_pool.h"
 
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
+#include "hora/errors.h"
 #include "util/futex.h"
 #include "util/log.h"
 
@@ -30,20 +37,34 @@ struct ProgressPool::Slot : std::enable_shared_from_this<Slot> {
   Client* const client;
   std::atomic<int> state{kQueued};
   // Guarded by the pool's mutex.
+  uint64_t id = 0;  // names it in the descriptor watch (never 0)
   bool removed = false;
   bool armed = false;
   FutexWait wait;
+  std::vector<int> fds;  // armed as descriptors, in the descriptor watch
   Clock::time_point due = Clock::time_point::max();
   Watch* watch = nullptr;  // listed there while idle
 };
 
-// The sets one watcher sleeps on. Guarded by the pool's mutex, except
-// `word`, which the watcher's futex_waitv reads.
+// The sets one watcher sleeps on: up to kSetsPerWatch futex words, or (the
+// descriptor watch, one per pool) any number of armed descriptors in an
+// epoll set. Guarded by the pool's mutex, except `word`, which the
+// watcher's futex_waitv reads.
 struct ProgressPool::Watch {
+  Watch() = default;
+  ~Watch() {
+    if (epoll >= 0) close(epoll);
+    if (bell >= 0) close(bell);
+  }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+
   std::vector<std::shared_ptr<Slot>> slots;
   uint32_t word = 0;      // changed to wake the watcher when its list changes
+  int epoll = -1;         // the descriptor watch's epoll set
+  int bell = -1;          // and its eventfd (in the set as id 0), written instead
   bool held = false;      // a thread watches it
-  bool sleeping = false;  // that thread sleeps in futex_waitv
+  bool sleeping = false;  // that thread sleeps
 };
 
 struct ProgressPool::Worker {
@@ -54,7 +75,18 @@ struct ProgressPool::Worker {
 };
 
 ProgressPool::ProgressPool(int resting, int max_threads)
-    : resting_(std::max(0, resting)), max_threads_(std::max(1, max_threads)) {}
+    : resting_(std::max(0, resting)), max_threads_(std::max(1, max_threads)) {
+  auto descriptors = std::make_unique<Watch>();
+  descriptors->epoll = epoll_create1(EPOLL_CLOEXEC);
+  descriptors->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event bell{};
+  bell.events = EPOLLIN;
+  bell.data.u64 = 0;
+  if (descriptors->epoll < 0 || descriptors->bell < 0 ||
+      epoll_ctl(descriptors->epoll, EPOLL_CTL_ADD, descriptors->bell, &bell) != 0)
+    throw Internal(std::string("progress pool: cannot make its epoll set: ") + std::strerror(errno));
+  watches_.push_back(std::move(descriptors));
+}
 
 ProgressPool::~ProgressPool() {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -77,6 +109,7 @@ bool ProgressPool::supported() { return futex_wait_any_supported(); }
 std::shared_ptr<ProgressPool::Slot> ProgressPool::add(Client& client) {
   auto slot = std::make_shared<Slot>(client);
   std::lock_guard<std::mutex> lock(mutex_);
+  slot->id = ++last_id_;
   ready_.push_back(slot);
   staff_locked();
   return slot;
@@ -179,6 +212,7 @@ bool ProgressPool::idle_wait(std::unique_lock<std::mutex>& lock, Worker* self) {
 // Sleeps on the watch's sets until one has something or is due; the sets
 // found so are queued, and the watch is left to another thread.
 void ProgressPool::watch(std::unique_lock<std::mutex>& lock, Watch& watch) {
+  if (watch.epoll >= 0) return watch_descriptors(lock, watch);
   std::vector<FutexWait> waits;
   while (!stopping_ && !watch.slots.empty()) {
     waits.clear();
@@ -209,32 +243,71 @@ void ProgressPool::watch(std::unique_lock<std::mutex>& lock, Watch& watch) {
   }
 }
 
+void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch) {
+  epoll_event events[64];
+  std::vector<uint64_t> rung;
+  while (!stopping_ && !watch.slots.empty()) {
+    Clock::time_point due = Clock::time_point::max();
+    for (const auto& slot : watch.slots) due = std::min(due, slot->due);
+    int timeout_ms = -1;
+    if (due != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<milliseconds>(due - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
+    }
+    watch.sleeping = true;
+    lock.unlock();
+    const int count = epoll_wait(watch.epoll, events, 64, timeout_ms);
+    lock.lock();
+    watch.sleeping = false;
+    rung.clear();
+    for (int i = 0; i < count; ++i) {
+      if (events[i].data.u64 != 0) {
+        rung.push_back(events[i].data.u64);
+        continue;
+      }
+      uint64_t drained;
+      while (read(watch.bell, &drained, sizeof drained) > 0) {
+      }
+    }
+    const auto soon = Clock::now() + kCoalesce;
+    for (size_t i = 0; i < watch.slots.size();) {
+      std::shared_ptr<Slot> slot = watch.slots[i];
+      if (std::find(rung.begin(), rung.end(), slot->id) == rung.end() && slot->due > soon) {
+        ++i;
+        continue;
+      }
+      disarm_locked(*slot);
+      notify_locked(slot);
+    }
+    if (!ready_.empty()) return;
+  }
+}
+
 // Runs the set's service() until nothing notified it meanwhile, then arms
 // it (or drops it when service() says so).
 void ProgressPool::run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot) {
   if (slot->removed) return;
   slot->state.store(Slot::kRunning);
-  lock.unlock();
-  std::optional<Clock::time_point> due;
   for (;;) {
+    lock.unlock();
+    std::optional<Clock::time_point> due;
     try {
       due = slot->client->service();
     } catch (const std::exception& e) {
       log_warning(std::string("a process set's progress failed: ") + e.what());
-      due.reset();
     }
-    if (!due) break;
+    lock.lock();
+    if (!due) {
+      slot->removed = true;
+      disarm_locked(*slot);
+      slot->state.store(Slot::kIdle);
+      break;
+    }
+    // Armed while this thread holds the set: the engine thread's contract.
+    arm_locked(slot, *due);
     int running = Slot::kRunning;
     if (slot->state.compare_exchange_strong(running, Slot::kIdle)) break;
     slot->state.store(Slot::kRunning);  // notified meanwhile: once more
-  }
-  lock.lock();
-  if (!due) {
-    slot->removed = true;
-    disarm_locked(*slot);
-    slot->state.store(Slot::kIdle);
-  } else {
-    arm_locked(slot, *due);
   }
   removed_.notify_all();
 }
@@ -243,18 +316,21 @@ void ProgressPool::arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_poi
   if (slot->removed) return;
   if (!slot->armed) {
     std::optional<ControlPlane::Armed> armed = slot->client->control().arm();
-    if (!armed) {  // something is there already
-      if (slot->watch) disarm_locked(*slot);
-      return notify_locked(slot);
-    }
+    if (!armed) return notify_locked(slot);  // something is there already
     slot->armed = true;
     slot->wait = armed->wait;
     due = std::min(due, armed->look_again);
+    if (!armed->fds.empty() && !watch_descriptors_locked(*slot, armed->fds)) due = Clock::now() + kCoalesce;
   }
   slot->due = due;
   if (!slot->watch) {
-    auto roomy = std::find_if(watches_.begin(), watches_.end(),
-                              [](const auto& watch) { return watch->slots.size() < kSetsPerWatch; });
+    auto roomy = watches_.end();
+    if (slot->fds.empty())
+      roomy = std::find_if(watches_.begin(), watches_.end(), [](const auto& watch) {
+        return watch->epoll < 0 && watch->slots.size() < kSetsPerWatch;
+      });
+    else
+      roomy = watches_.begin();  // the descriptor watch
     if (roomy == watches_.end()) roomy = watches_.insert(watches_.end(), std::make_unique<Watch>());
     slot->watch = roomy->get();
     slot->watch->slots.push_back(slot);
@@ -263,9 +339,31 @@ void ProgressPool::arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_poi
   staff_locked();
 }
 
+// Adds the slot's descriptors to the epoll set; false (none added, and the
+// slot looked at again soon) when the kernel refuses one.
+bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& fds) {
+  const int epoll = watches_.front()->epoll;
+  for (int fd : fds) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = slot.id;
+    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0) {
+      slot.fds.push_back(fd);
+      continue;
+    }
+    log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
+    for (int added : slot.fds) epoll_ctl(epoll, EPOLL_CTL_DEL, added, nullptr);
+    slot.fds.clear();
+    return false;
+  }
+  return true;
+}
+
 // Disarms the set's control plane and takes it off its watch.
 void ProgressPool::disarm_locked(Slot& slot) {
   if (slot.armed) {
+    for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
+    slot.fds.clear();
     slot.client->control().disarm();
     slot.armed = false;
   }
@@ -277,6 +375,11 @@ void ProgressPool::disarm_locked(Slot& slot) {
 // Makes a sleeping watcher look at its list again.
 void ProgressPool::bump(Watch& watch) {
   if (!watch.sleeping) return;  // it looks before it sleeps again
+  if (watch.bell >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = write(watch.bell, &one, sizeof one);
+    return;
+  }
   std::atomic_ref<uint32_t>(watch.word).fetch_add(1, std::memory_order_release);
   futex_wake_all(&watch.word);
 }

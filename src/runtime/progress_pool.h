@@ -2,8 +2,10 @@
 // instead of a thread per set (docs/progress_threads.md).
 //
 // Waiting is shared: an idle set's control plane is armed (ControlPlane::
-// arm(): a futex word that changes when it has something), and one watcher
-// thread sleeps on up to kSetsPerWatch sets' words at once (futex_waitv),
+// arm(): a futex word that changes when it has something, or descriptors
+// that become readable), and one watcher thread sleeps on up to
+// kSetsPerWatch sets' words at once (futex_waitv; shared memory and
+// in-process planes), one on every armed descriptor (epoll; TCP planes),
 // plus each set's next due time (stall inspection, liveness checks). Running
 // is not: a set that is notified (a submission, a control message, its due
 // time) is queued and a worker runs its Client::service(), which may block
@@ -104,6 +106,8 @@ class ProgressPool {
 
   void work(Worker* self);
   void watch(std::unique_lock<std::mutex>& lock, Watch& watch);
+  void watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch);
+  bool watch_descriptors_locked(Slot& slot, const std::vector<int>& fds);
   void run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot);
   void notify_locked(const std::shared_ptr<Slot>& slot);
   void arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due);
@@ -120,7 +124,8 @@ class ProgressPool {
   // Guarded by mutex_.
   bool stopping_ = false;
   std::deque<std::shared_ptr<Slot>> ready_;
-  std::vector<std::unique_ptr<Watch>> watches_;
+  std::vector<std::unique_ptr<Watch>> watches_;  // the descriptor watch first
+  uint64_t last_id_ = 0;
   std::vector<Worker*> idle_;  // most recently idle last
   int threads_ = 0;
   int running_ = 0;  // threads in a set's service() outside a BlockingScope

@@ -5,6 +5,8 @@
 // many live sets on a rank cost a bounded number of threads.
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -68,6 +70,35 @@ class WordPlane final : public ControlPlane {
   int armed_ = 0;
 };
 
+// A control plane armed as a descriptor (as TCP connections are): an
+// eventfd that ring() makes readable and service() reads.
+class DescriptorPlane final : public ControlPlane {
+ public:
+  DescriptorPlane() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~DescriptorPlane() override { close(fd_); }
+  void send(int, const std::vector<uint8_t>&) override {}
+  std::optional<ControlMessage> receive(Clock::time_point) override {
+    uint64_t count;
+    while (read(fd_, &count, sizeof count) > 0) {
+    }
+    return std::nullopt;
+  }
+  void wake() override { ring(); }
+  bool armable() const override { return true; }
+  std::optional<Armed> arm() override {
+    Armed armed;
+    armed.fds = {fd_};
+    return armed;
+  }
+  void ring() {
+    const uint64_t one = 1;
+    ASSERT_EQ(write(fd_, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  }
+
+ private:
+  int fd_;
+};
+
 // Counts its runs; `during` runs inside service() (it may block); runs
 // again after `period` unless that is zero; `stop` makes service() drop it.
 class CountingSet final : public ProgressPool::Client {
@@ -113,6 +144,36 @@ TEST(ProgressPool, RunsASetWhenAddedAndWhenItsControlPlaneRings) {
   ASSERT_TRUE(eventually([&] { return set.runs >= 3; }));
   pool.remove(*slot);
   EXPECT_EQ(set.plane.armed(), 0) << "a removed set's control plane is still armed";
+}
+
+class DescriptorSet final : public ProgressPool::Client {
+ public:
+  std::optional<Clock::time_point> service() override {
+    plane.receive(Clock::now());
+    ++runs;
+    return Clock::time_point::max();
+  }
+  ControlPlane& control() override { return plane; }
+  DescriptorPlane plane;
+  std::atomic<int> runs{0};
+};
+
+TEST(ProgressPool, RunsASetWhoseControlPlaneIsDescriptorsWhenOneIsReadable) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  DescriptorSet a, b;
+  auto slot_a = pool.add(a);
+  auto slot_b = pool.add(b);
+  ASSERT_TRUE(eventually([&] { return a.runs == 1 && b.runs == 1; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(a.runs + b.runs, 2) << "a set whose descriptors nothing made readable ran again";
+  for (int i = 2; i <= 5; ++i) {
+    b.plane.ring();
+    ASSERT_TRUE(eventually([&] { return b.runs == i; })) << "ring " << i;
+  }
+  EXPECT_EQ(a.runs, 1);
+  pool.remove(*slot_a);
+  pool.remove(*slot_b);
 }
 
 TEST(ProgressPool, RunsASetAgainWhenItIsDue) {
