@@ -31,6 +31,8 @@ ENVIRONMENT = [
     ("HORA_MPI_LIBRARY", None, "the MPI library the MPI backend loads, a file name or a path",
      "the one hora was built with"),
     ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),
+    ("HORA_PROGRESS_POOL", None, "0: every process set gets a progress thread of its own instead of sharing the rank's pool",
+     "1"),
     ("HORA_SHM_SLOT_BYTES", None, "bytes of each member's shared-memory slot (a multiple of 4096)",
      "1 MiB"),
     ("HORA_TIMELINE", "HOROVOD_TIMELINE", "start the timeline (a Chrome trace) at init, into this file",
