@@ -103,13 +103,14 @@ void init(const std::vector<std::vector<int>>& process_sets, std::optional<int64
   runtime = std::make_unique<Runtime>(config, process_sets);
 }
 
-void shutdown() {
+void shutdown(bool goodbye) {
   std::unique_ptr<Runtime> done;
   {
     std::lock_guard<std::mutex> lock(runtime_mutex);
     done.swap(runtime);
   }
   nb::gil_scoped_release release;
+  if (done) done->shutdown(goodbye);
   done.reset();
 }
 
@@ -211,7 +212,7 @@ NB_MODULE(_core, m) {
 
   m.def("init", &init, "process_sets"_a, "mpi_communicator"_a.none() = nb::none(),
         "mpi_world_ranks"_a = std::vector<int>{}, "settings"_a = nb::dict());
-  m.def("shutdown", &shutdown);
+  m.def("shutdown", &shutdown, nb::arg("goodbye") = true);
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lock(runtime_mutex);
     return runtime != nullptr;

@@ -85,6 +85,8 @@ void control_wire_seeds(const std::string& dir) {
   write(dir, "coordinator", encode(coordinator));
   write(dir, "verdict", encode(FailureMessage{FailureMessage::Stage::kVerdict, {1, 3}, "rank 1 died"}));
   write(dir, "probe", encode(FailureMessage{FailureMessage::Stage::kProbe, {}, "why"}));
+  write(dir, "goodbye", encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}));
+  write(dir, "closed", encode(FailureMessage{FailureMessage::Stage::kClosed, {2}, "rank 2 left"}));
 }
 
 void store_protocol_seeds(const std::string& dir) {

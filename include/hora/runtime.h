@@ -107,8 +107,10 @@ class Runtime {
   static std::string timeline_file(const std::string& path, int rank);
 
   // Stops every set and the timeline; later calls throw InvalidArgument.
-  // Idempotent.
-  void shutdown();
+  // Idempotent. `goodbye`: the other members are told that this rank leaves
+  // cleanly, so its sets close for them instead of breaking (false: a rank
+  // that ends because of an error; they find its connections closed).
+  void shutdown(bool goodbye = true);
 
  private:
   Runtime(JobTransport job, const std::vector<std::vector<int>>& initial_sets);

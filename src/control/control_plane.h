@@ -61,6 +61,9 @@ class ControlPlane {
     Clock::time_point look_again = Clock::time_point::max();
   };
   virtual bool armable() const { return false; }
+  // Engine thread: spins a moment (the plane's own measure) for something
+  // receive() would return for; whether it came.
+  virtual bool await_briefly() { return false; }
   virtual std::optional<Armed> arm() { return std::nullopt; }
   virtual void disarm() {}
 };

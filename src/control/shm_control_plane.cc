@@ -56,6 +56,20 @@ std::optional<ControlPlane::Armed> ShmControlPlane::arm() {
   return Armed{*wait, {}, Clock::time_point(Clock::duration(next_liveness_check_.load()))};
 }
 
+// Spins as receive() does before it sleeps, holding the reader mutex as it
+// does (a collective meanwhile leaves the rings to this thread).
+bool ShmControlPlane::await_briefly() {
+  const std::chrono::nanoseconds spin = member_->tuning.spin_engine;
+  if (spin.count() <= 0) return false;
+  std::lock_guard<std::mutex> lock(member_->rings.reader_mutex());
+  const auto until = Clock::now() + spin;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    shm::cpu_relax();
+    if ((i & 31) == 31 && Clock::now() >= until) return false;
+  }
+}
+
 void ShmControlPlane::disarm() { member_->bells[member_->rank].disarm(); }
 
 void ShmControlPlane::wake() {

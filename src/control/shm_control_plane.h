@@ -27,6 +27,7 @@ class ShmControlPlane final : public ControlPlane {
   // ring; looks again at the next liveness check.
   bool armable() const override { return true; }
   std::optional<Armed> arm() override;
+  bool await_briefly() override;
   void disarm() override;
 
  private:

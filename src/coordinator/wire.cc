@@ -194,7 +194,7 @@ FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes) {
   FailureMessage m;
   uint8_t stage = r.get<uint8_t>("failure stage");
   if (stage < static_cast<uint8_t>(FailureMessage::Stage::kProbe) ||
-      stage > static_cast<uint8_t>(FailureMessage::Stage::kVerdict))
+      stage > static_cast<uint8_t>(FailureMessage::Stage::kClosed))
     r.fail("failure stage", "unknown value " + std::to_string(stage));
   m.stage = static_cast<FailureMessage::Stage>(stage);
   m.missing = r.get_vector<int32_t>("missing ranks");

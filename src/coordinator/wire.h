@@ -5,7 +5,8 @@
 //
 // Every message starts with the same header: magic "HR" (u16), version (u8),
 // kind (u8). Version 2 added the failure messages (kind 3); version 3 the
-// requests a response carries for joined members, and the join op.
+// requests a response carries for joined members, and the join op; version
+// 4 the goodbye and closed stages of the failure messages.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@
 
 namespace hora {
 
-inline constexpr uint8_t kWireVersion = 3;
+inline constexpr uint8_t kWireVersion = 4;
 
 // The longest string a message carries (request names, error texts).
 inline constexpr uint32_t kMaxWireString = 64 * 1024;
@@ -41,8 +42,12 @@ struct CoordinatorMessage {
 // global ranks found dead or hung, `reason` the full error message every
 // member raises). A member reports a failure it found itself, or answers a
 // probe, with kReport (`missing`: the global ranks it suspects, if any).
+// A member that leaves the set cleanly (it shuts hora down or removes the
+// set) says kGoodbye before its connection closes, to the coordinator, or
+// from the coordinator to every member; the coordinator then tells the
+// members left kClosed instead of a verdict: the set is closed, not broken.
 struct FailureMessage {
-  enum class Stage : uint8_t { kProbe = 1, kReport = 2, kVerdict = 3 };
+  enum class Stage : uint8_t { kProbe = 1, kReport = 2, kVerdict = 3, kGoodbye = 4, kClosed = 5 };
   Stage stage = Stage::kVerdict;
   std::vector<int32_t> missing;
   std::string reason;  // cut to 64 KiB when encoded

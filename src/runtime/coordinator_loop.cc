@@ -42,6 +42,7 @@ void CoordinatorLoop::on_message(const ControlMessage& message, Clock::time_poin
   const std::string who = "global rank " + std::to_string(options_.global_ranks[message.from]);
   if (message.closed) {
     closed_[message.from] = true;
+    if (failure_ && failure_->left) return;  // it said goodbye first
     failure_ = SetFailure{"the control connection to " + who + " closed (its process exited or shut the set down)",
                           {message.from}, false, false};
     return;
@@ -75,6 +76,12 @@ void CoordinatorLoop::on_member_message(int from, const std::vector<uint8_t>& by
 
 void CoordinatorLoop::on_failure_message(int from, const FailureMessage& message, Clock::time_point now) {
   const std::string who = "global rank " + std::to_string(options_.global_ranks[from]);
+  if (message.stage == FailureMessage::Stage::kGoodbye) {
+    if (failure_) return;
+    failure_ = SetFailure{options_.goodbye_reason(from), {from}, false, false};
+    failure_->left = true;
+    return;
+  }
   if (message.stage != FailureMessage::Stage::kReport)
     throw Internal("unexpected failure message (stage " + std::to_string(static_cast<int>(message.stage)) +
                    ") from " + who);

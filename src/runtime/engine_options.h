@@ -32,6 +32,10 @@ struct EngineOptions {
   bool coordinator() const { return rank == 0; }
   // "process set 3 [0, 2] is broken; missing global rank(s) [2]: <reason>".
   std::string broken_message(const std::vector<int>& missing_global, const std::string& reason) const;
+  // "process set 3 [0, 2] is closed: <reason>" (a member left it cleanly).
+  std::string closed_message(const std::string& reason) const;
+  // Why a set closes when set rank `member` says goodbye.
+  std::string goodbye_reason(int member) const;
   // The set ranks of those of `global` that are members.
   std::vector<int> set_ranks_of(const std::vector<int>& global) const;
 };

@@ -22,7 +22,8 @@ milliseconds FailureProtocol::coordinator_grace(milliseconds timeout) {
   return std::clamp(census_window(timeout) / 2, milliseconds{100}, milliseconds{500});
 }
 
-std::string FailureProtocol::conclude(SetFailure failure, std::vector<bool> closed, std::vector<bool> reported) {
+std::string FailureProtocol::conclude(SetFailure failure, std::vector<bool> closed, std::vector<bool> reported,
+                                      bool lost_ops) {
   links_.abort(failure.reason);
   const int size = set_.size();
   std::vector<bool> gone(size, false);
@@ -33,12 +34,23 @@ std::string FailureProtocol::conclude(SetFailure failure, std::vector<bool> clos
   std::vector<int> missing;
   for (int r = 0; r < size; ++r)
     if (gone[r]) missing.push_back(set_.global_ranks[r]);
-  const std::string message = set_.broken_message(missing, failure.reason);
-  FailureMessage verdict{FailureMessage::Stage::kVerdict, {missing.begin(), missing.end()}, message};
+  const std::string message = outcome(failure, missing, lost_ops);
+  // A closed set's members each say for themselves whether it broke for
+  // them (ops of theirs were lost): they get the reason, not the message.
+  const auto stage = failure.left ? FailureMessage::Stage::kClosed : FailureMessage::Stage::kVerdict;
+  FailureMessage verdict{stage, {missing.begin(), missing.end()}, failure.left ? failure.reason : message};
   const std::vector<uint8_t> bytes = encode(verdict);
   for (int r = 1; r < size && !stopping_; ++r)
-    if (!closed[r]) send_quietly(r, bytes);
+    if (!closed[r] && !(failure.left && gone[r])) send_quietly(r, bytes);
   return message;
+}
+
+// A set a member left cleanly is closed, unless ops of this rank waited in
+// it (`lost_ops`): for this rank it is broken then.
+std::string FailureProtocol::outcome(const SetFailure& failure, const std::vector<int>& missing_global,
+                                     bool lost_ops) const {
+  if (failure.left && !lost_ops) return set_.closed_message(failure.reason);
+  return set_.broken_message(missing_global, failure.reason);
 }
 
 // Marks in `gone` the members that are dead (control connection closed) or
@@ -76,8 +88,13 @@ void FailureProtocol::census(const std::string& reason, std::vector<bool>& gone,
     if (unaccounted(r)) gone[r] = true;
 }
 
-std::string FailureProtocol::await_verdict(SetFailure failure) {
+std::string FailureProtocol::await_verdict(SetFailure failure, bool lost_ops) {
   links_.abort(failure.reason);
+  if (failure.left) {  // the coordinator left, or told that a member did: nothing to wait for
+    std::vector<int> missing;
+    for (int r : failure.gone) missing.push_back(set_.global_ranks[r]);
+    return outcome(failure, missing, lost_ops);
+  }
   if (failure.verdict) return failure.reason;
   const bool coordinator_known_gone = std::find(failure.gone.begin(), failure.gone.end(), 0) != failure.gone.end();
   if (!coordinator_known_gone) {
@@ -119,7 +136,8 @@ std::optional<std::string> FailureProtocol::receive_verdict(const SetFailure& fa
     try {
       if (control_kind(message->bytes) != ControlKind::kFailure) continue;
       FailureMessage decoded = decode_failure_message(message->bytes);
-      if (decoded.stage == FailureMessage::Stage::kVerdict) return decoded.reason;
+      if (decoded.stage == FailureMessage::Stage::kVerdict || decoded.stage == FailureMessage::Stage::kClosed)
+        return decoded.reason;
       if (decoded.stage == FailureMessage::Stage::kProbe && !answered) {
         answered = true;
         wait = verdict_wait(set_.timeout);

@@ -38,6 +38,7 @@ struct SetFailure {
   bool verdict = false;       // members: `reason` is the coordinator's final verdict
   bool waited_out = false;    // members: this member waited the op timeout itself
   bool coordinator_answered = false;  // members: the coordinator has probed this member
+  bool left = false;  // a member said goodbye (or the coordinator said closed): the set is closed, not broken
 };
 
 class FailureProtocol {
@@ -46,10 +47,13 @@ class FailureProtocol {
       : set_(set), links_(links), stopping_(stopping) {}
 
   // Coordinator: decides who is missing (`closed`, `reported`: by set rank)
-  // and tells every member it reaches. Returns the verdict.
-  std::string conclude(SetFailure failure, std::vector<bool> closed, std::vector<bool> reported);
+  // and tells every member it reaches. Returns the verdict. `lost_ops`:
+  // ops of this rank waited in the set (a set closed by a member that left
+  // is broken for this rank then).
+  std::string conclude(SetFailure failure, std::vector<bool> closed, std::vector<bool> reported,
+                       bool lost_ops = true);
   // Member: the coordinator's verdict, or one naming the coordinator.
-  std::string await_verdict(SetFailure failure);
+  std::string await_verdict(SetFailure failure, bool lost_ops = true);
 
   // For a set with op timeout `timeout`: how long the coordinator waits for
   // members to answer its probe; how long a member waits for the
@@ -68,6 +72,7 @@ class FailureProtocol {
   std::optional<std::string> receive_verdict(const SetFailure& failure, std::string& missed);
   bool receive(Clock::time_point deadline, std::optional<ControlMessage>& message);
   bool send_quietly(int to, const std::vector<uint8_t>& bytes);
+  std::string outcome(const SetFailure& failure, const std::vector<int>& missing_global, bool lost_ops) const;
 
   const EngineOptions& set_;
   SetLinks& links_;

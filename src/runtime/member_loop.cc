@@ -31,6 +31,7 @@ std::vector<uint8_t> MemberLoop::submit_local(std::vector<Request> fresh) {
 std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
   const std::string coordinator = "global rank " + std::to_string(options_.global_ranks[0]);
   if (message.closed) {
+    if (failure_ && failure_->left) return {};  // it said goodbye first
     failure_ = SetFailure{"the control connection to the coordinator, " + coordinator +
                               ", closed (its process exited or shut the set down)",
                           {0}, false, false};
@@ -54,7 +55,14 @@ std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
 void MemberLoop::on_failure_message(const FailureMessage& message) {
   using Stage = FailureMessage::Stage;
   const std::string who = "global rank " + std::to_string(options_.global_ranks[0]);
-  if (message.stage == Stage::kVerdict) {
+  if (message.stage == Stage::kGoodbye) {
+    failure_ = SetFailure{options_.goodbye_reason(0), {0}, false, false};
+    failure_->left = true;
+  } else if (message.stage == Stage::kClosed) {
+    std::vector<int> missing(message.missing.begin(), message.missing.end());
+    failure_ = SetFailure{message.reason, options_.set_ranks_of(missing), false, true};
+    failure_->left = true;
+  } else if (message.stage == Stage::kVerdict) {
     failure_ = SetFailure{message.reason, {}, false, true};
   } else if (message.stage == Stage::kProbe) {
     failure_ = SetFailure{"the coordinator (" + who + ") found the set broken: " + message.reason, {}, true, false};

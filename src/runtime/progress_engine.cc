@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "coordinator/wire.h"
 #include "hora/errors.h"
 
 namespace hora {
@@ -36,7 +37,7 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   return submitted.work;
 }
 
-void ProgressEngine::stop(const std::string& reason) {
+void ProgressEngine::stop(const std::string& reason, bool goodbye) {
   // A collective in progress would otherwise hold the join up to the
   // timeout; a connection in progress watches the stopping flag.
   const bool first = submitter_.stop(reason, [this, &reason] {
@@ -47,12 +48,29 @@ void ProgressEngine::stop(const std::string& reason) {
     executor_.wake_drivers();
   });
   if (!first) return;
+  if (goodbye) say_goodbye();
   if (thread_.joinable()) thread_.join();
   if (slot_) pool_->remove(*slot_);  // no pool thread runs the set after this
   if (failure_thread_.joinable()) failure_thread_.join();
   auto error = std::make_exception_ptr(InvalidArgument(reason));
   for (TensorEntry& entry : queue_.take_all()) entry.work->fail(error);
   executor_.fail_running(error);
+}
+
+// Tells the set's other members (the coordinator, or every member from the
+// coordinator) that this member leaves cleanly, so that the set closes
+// instead of breaking when its connections close. Best effort: a member
+// that cannot be told finds the closure instead.
+void ProgressEngine::say_goodbye() {
+  SetLinks* links = awake_links_.load();
+  if (!links) return;
+  const std::vector<uint8_t> goodbye = encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""});
+  for (int to = options_.coordinator() ? 1 : 0; to < (options_.coordinator() ? options_.size() : 1); ++to) {
+    try {
+      links->send(to, goodbye);
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 void ProgressEngine::wake() {
@@ -79,10 +97,15 @@ void ProgressEngine::conclude_failure() {
   std::optional<SetFailure>& failed = failure();
   if (stopping_ || !failed) return;
   FailureProtocol protocol(options_, *links_, stopping_);
+  // A set that a member left cleanly is closed, unless ops of this rank
+  // were still waiting in it: those are lost, and it counts as broken.
+  const bool lost_ops = queue_.oldest_submission().has_value();
+  const bool closed = failed->left && !lost_ops;
   const std::string message = coordinator_ ? protocol.conclude(std::move(*failed), coordinator_->closed(),
-                                                               coordinator_->reported())
-                                           : protocol.await_verdict(std::move(*failed));
-  telemetry_.broken(message);
+                                                               coordinator_->reported(), lost_ops)
+                                           : protocol.await_verdict(std::move(*failed), lost_ops);
+  if (closed) telemetry_.closed(message);
+  else telemetry_.broken(message);
   fail_everything(std::make_exception_ptr(PeerFailure(message)));
 }
 
@@ -133,12 +156,20 @@ void ProgressEngine::serve() {
 std::optional<ProgressEngine::Clock::time_point> ProgressEngine::service() {
   Clock::time_point due = Clock::time_point::max();
   try {
+    bool busy = false;  // the next message is likely soon
     while (!stopping_ && !failure()) {
+      busy |= !queue_.empty();  // ops of this rank wait in the set
       due = step();
       if (failure()) break;
-      std::optional<ControlMessage> message = links_->receive(Clock::time_point::min());
-      if (!message) break;
-      on_message(*message);
+      if (std::optional<ControlMessage> message = links_->receive(Clock::time_point::min())) {
+        on_message(*message);
+        busy = true;
+        continue;
+      }
+      // As a thread of the set's own would, look a moment longer before
+      // the pool arms the set (a negotiation round trip is that short).
+      if (!busy || !links_->control().await_briefly()) break;
+      busy = false;
     }
   } catch (const std::exception& e) {
     record_failure(e);

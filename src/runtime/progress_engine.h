@@ -101,8 +101,9 @@ class ProgressEngine final : public WorkDriver,
   // the next entry is the engine thread's.
   void drive(const Work& work) override { executor_.drive(work); }
   // Fails pending ops with InvalidArgument(`reason`) and joins the thread
-  // (see the bound above). Idempotent.
-  void stop(const std::string& reason);
+  // (see the bound above). `goodbye`: this member leaves cleanly; tell the
+  // others (the set closes for them instead of breaking). Idempotent.
+  void stop(const std::string& reason, bool goodbye = true);
   // Blocks until the set is connected; rethrows a connection failure.
   void wait_connected() { submitter_.wait_connected(); }
   // The set's counters on this rank (any thread).
@@ -134,6 +135,7 @@ class ProgressEngine final : public WorkDriver,
   Clock::time_point inspect(Clock::time_point now);
   std::optional<SetFailure>& failure();
   void wake();
+  void say_goodbye();
   void record_failure(const std::exception& e);
   void fail_everything(std::exception_ptr error);
 

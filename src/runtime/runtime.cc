@@ -194,7 +194,7 @@ std::shared_ptr<Work> Runtime::enqueue(int32_t id, OpArgs args) {
   return target->submit(std::move(request), args.input, args.output, args.caller_waits);
 }
 
-void Runtime::shutdown() {
+void Runtime::shutdown(bool goodbye) {
   std::map<int32_t, std::shared_ptr<ProgressEngine>> engines;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -202,7 +202,7 @@ void Runtime::shutdown() {
     shut_down_ = true;
     engines.swap(engines_);
   }
-  for (auto& [id, engine] : engines) engine->stop("hora has been shut down");
+  for (auto& [id, engine] : engines) engine->stop("hora has been shut down", goodbye);
   timeline_->stop();
 }
 

@@ -176,6 +176,10 @@ void SetTelemetry::broken(const std::string& reason) {
   if (timeline_on()) instant("", "SET_BROKEN", Clock::now(), "\"reason\": \"" + json_escaped(reason) + "\"");
 }
 
+void SetTelemetry::closed(const std::string& reason) {
+  if (timeline_on()) instant("", "SET_CLOSED", Clock::now(), "\"reason\": \"" + json_escaped(reason) + "\"");
+}
+
 void SetTelemetry::cycle() {
   if (timeline_on() && timeline_->mark_cycles()) instant("", "CYCLE_START", Clock::now());
 }

@@ -72,6 +72,8 @@ class SetTelemetry {
   void failed(OpType op, const std::vector<std::string>& names, const std::string& error);
   void stall(const std::string& warning);
   void broken(const std::string& reason);
+  // The set closed cleanly (a member left it): a SET_CLOSED event; not broken.
+  void closed(const std::string& reason);
   // A batch of work begins (HOROVOD_TIMELINE_MARK_CYCLES).
   void cycle();
 

@@ -106,6 +106,17 @@ TEST_F(CoordinatorLoopTest, AClosedMemberBreaksTheSetNamingIt) {
   EXPECT_TRUE(loop_.closed()[2]);
 }
 
+TEST_F(CoordinatorLoopTest, AMemberThatSaysGoodbyeClosesTheSetNamingIt) {
+  loop_.on_message(ControlMessage{2, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}), false}, now_);
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left) << "a goodbye was taken for a failure";
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{2});
+  EXPECT_FALSE(loop_.failure()->needs_census);
+  EXPECT_EQ(loop_.failure()->reason, "global rank 5 left it (it shut hora down or removed the set)");
+  loop_.on_message(ControlMessage{2, {}, true}, now_);  // its connection closes afterwards
+  EXPECT_TRUE(loop_.failure()->left) << "the closure after a goodbye turned the set broken";
+}
+
 TEST_F(CoordinatorLoopTest, AMemberReportAsksForACensus) {
   loop_.on_message(ControlMessage{1, encode(FailureMessage{FailureMessage::Stage::kReport, {}, "it hung"}), false},
                    now_);

@@ -91,6 +91,42 @@ TEST_F(FailureProtocolTest, AFailureThatNamesItsMembersNeedsNoCensus) {
   EXPECT_EQ(sent_to(2)[0].stage, FailureMessage::Stage::kVerdict);
 }
 
+TEST_F(FailureProtocolTest, AMemberThatLeftClosesTheSetAndTheOthersAreToldItIsClosed) {
+  as_rank(0);
+  SetFailure left{options_.goodbye_reason(1), {1}, false};
+  left.left = true;
+  const std::string message =
+      protocol_->conclude(left, {false, false, false}, {false, false, false}, /*lost_ops=*/false);
+  EXPECT_EQ(message, "process set 7 [1, 3, 5] is closed: global rank 3 left it (it shut hora down or removed the set)");
+  EXPECT_TRUE(sent_to(1).empty()) << "the member that left was sent something";
+  ASSERT_EQ(sent_to(2).size(), 1u);
+  EXPECT_EQ(sent_to(2)[0].stage, FailureMessage::Stage::kClosed);
+  EXPECT_EQ(sent_to(2)[0].reason, options_.goodbye_reason(1)) << "each member words its own outcome";
+  EXPECT_EQ(sent_to(2)[0].missing, std::vector<int32_t>{3});
+}
+
+// Ops of this rank waited in the set when the member left: they are lost,
+// and for this rank the set is broken, naming who left.
+TEST_F(FailureProtocolTest, ASetAMemberLeftIsBrokenForARankWhoseOpsWaitedInIt) {
+  as_rank(0);
+  SetFailure left{options_.goodbye_reason(1), {1}, false};
+  left.left = true;
+  EXPECT_EQ(protocol_->conclude(left, {false, false, false}, {false, false, false}, /*lost_ops=*/true),
+            "process set 7 [1, 3, 5] is broken; missing global rank(s) [3]: global rank 3 left it (it shut hora down "
+            "or removed the set)");
+}
+
+TEST_F(FailureProtocolTest, AMemberWhoseCoordinatorLeftNeedsNoVerdict) {
+  as_rank(2);
+  SetFailure left{options_.goodbye_reason(0), {0}, false};
+  left.left = true;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(protocol_->await_verdict(left, /*lost_ops=*/false),
+            "process set 7 [1, 3, 5] is closed: global rank 1 left it (it shut hora down or removed the set)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, FailureProtocol::coordinator_grace(options_.timeout))
+      << "a member waited for a verdict from a coordinator that had left";
+}
+
 TEST_F(FailureProtocolTest, AMemberReportsAndReturnsTheCoordinatorsVerdict) {
   as_rank(2);
   backend_->inbox = {failure_from(0, FailureMessage::Stage::kProbe, "x"),

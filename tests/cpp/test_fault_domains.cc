@@ -106,7 +106,8 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 class FaultDomains : public ::testing::TestWithParam<std::string> {};
 
-// Sets A=[0,1] (id 1) and B=[2,3] (id 2); rank 1 leaves after a few steps.
+// Sets A=[0,1] (id 1) and B=[2,3] (id 2); rank 1 goes after a few steps
+// without a goodbye (as a rank that dies: its connections just close).
 TEST_P(FaultDomains, DepartedRankFailsItsSetsOnEverySurvivorAndOtherSetsKeepWorking) {
   std::barrier<> before_leaving(4), survivors(3);
   run_ranks(GetParam(), 4, [&](Runtime& rt) {
@@ -115,7 +116,7 @@ TEST_P(FaultDomains, DepartedRankFailsItsSetsOnEverySurvivorAndOtherSetsKeepWork
     for (int step = 0; step < 3; ++step) EXPECT_EQ(sum_over(rt, mine, 1.0f), 2.0f);
     before_leaving.arrive_and_wait();
     if (me == 1) {
-      rt.shutdown();
+      rt.shutdown(/*goodbye=*/false);
       return;
     }
     const auto start = Clock::now();
@@ -149,7 +150,7 @@ TEST_P(FaultDomains, DepartedCoordinatorFailsTheSetOnItsMembers) {
   run_ranks(GetParam(), 3, [&](Runtime& rt) {
     EXPECT_EQ(sum_over(rt, 0, 1.0f), 3.0f);
     ready.arrive_and_wait();
-    if (rt.rank() == 0) return rt.shutdown();
+    if (rt.rank() == 0) return rt.shutdown(/*goodbye=*/false);
     const std::string message = peer_failure(rt, 0);
     EXPECT_TRUE(contains(message, "process set 0 [0, 1, 2] is broken; missing global rank(s) [0]")) << message;
     EXPECT_TRUE(contains(message, "coordinator")) << message;
@@ -258,6 +259,28 @@ TEST_P(FaultDomains, ShutdownDoesNotWaitForASetThatNeverConnects) {
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// Rank 1 shuts down cleanly (a goodbye): set A closes for rank 0 instead of
+// breaking. Its next op fails naming the rank that left, and A's counters
+// do not call it broken; the global set closes the same way.
+TEST_P(FaultDomains, ARankThatShutsDownClosesItsSetsForTheOthersWithoutBreakingThem) {
+  std::barrier<> used(2), left(2);
+  run_ranks(GetParam(), 2, [&](Runtime& rt) {
+    EXPECT_EQ(sum_over(rt, 1, 1.0f), 2.0f);
+    used.arrive_and_wait();
+    if (rt.rank() == 1) {
+      rt.shutdown();
+      left.arrive_and_wait();
+      return;
+    }
+    left.arrive_and_wait();
+    std::this_thread::sleep_for(milliseconds(300));  // the goodbye arrives while nothing waits here
+    EXPECT_FALSE(rt.metrics(1).broken) << "a set a member left cleanly counts as broken";
+    const std::string message = peer_failure(rt, 1);
+    EXPECT_EQ(message, "process set 1 [0, 1] is closed: global rank 1 left it (it shut hora down or removed the set)");
+    EXPECT_FALSE(rt.metrics(1).broken);
+  }, {{0, 1}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FaultDomains, ::testing::Values("local", "gloo", "shm"),

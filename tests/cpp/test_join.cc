@@ -300,14 +300,15 @@ TEST(Join, SingleMemberJoinReturnsItself) {
   run_ranks("local", 1, [](Runtime& rt) { EXPECT_EQ(last_joined(join(rt, 0)), 0); });
 }
 
-// A joined member that dies still breaks the set (docs/fault_tolerance.md).
+// A joined member that dies (goes without a goodbye) still breaks the set
+// (docs/fault_tolerance.md).
 TEST(Join, JoinedMemberThatDiesBreaksTheSet) {
   std::barrier<> joined_and_used(3), gone(3);
   run_ranks("local", 3, [&](Runtime& rt) {
     if (rt.rank() == 2) {
       auto joined = join(rt, 0);
       joined_and_used.arrive_and_wait();
-      rt.shutdown();
+      rt.shutdown(/*goodbye=*/false);
       EXPECT_THROW(joined->wait(), InvalidArgument);
       gone.arrive_and_wait();
       return;

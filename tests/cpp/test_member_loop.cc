@@ -73,6 +73,21 @@ TEST_F(MemberLoopTest, AVerdictIsFinal) {
   EXPECT_EQ(loop_.failure()->reason, "the verdict");
 }
 
+TEST_F(MemberLoopTest, TheCoordinatorsGoodbyeOrClosedVerdictClosesTheSet) {
+  loop_.on_message(ControlMessage{0, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}), false});
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left);
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{0}) << "the coordinator that left is not waited for";
+}
+
+TEST_F(MemberLoopTest, AClosedVerdictIsFinalAndClean) {
+  loop_.on_message(ControlMessage{0, encode(FailureMessage{FailureMessage::Stage::kClosed, {5}, "closed"}), false});
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left);
+  EXPECT_TRUE(loop_.failure()->verdict);
+  EXPECT_EQ(loop_.failure()->reason, "closed");
+}
+
 TEST_F(MemberLoopTest, AProbeMeansTheCoordinatorAnswered) {
   loop_.on_message(ControlMessage{0, encode(FailureMessage{FailureMessage::Stage::kProbe, {}, "a collective failed"}), false});
   ASSERT_TRUE(loop_.failure());

@@ -453,7 +453,7 @@ TEST(WireTest, MutatedMessagesNeverCrash) {
 
 TEST(WireTest, FailureMessagesRoundTripInEveryStage) {
   using Stage = FailureMessage::Stage;
-  for (Stage stage : {Stage::kProbe, Stage::kReport, Stage::kVerdict}) {
+  for (Stage stage : {Stage::kProbe, Stage::kReport, Stage::kVerdict, Stage::kGoodbye, Stage::kClosed}) {
     FailureMessage sent{stage, {0, 7, 123456}, "process set 2 [0, 7] is broken: global rank 7 left"};
     Bytes bytes = encode(sent);
     EXPECT_EQ(control_kind(bytes), ControlKind::kFailure);
@@ -490,7 +490,7 @@ TEST(WireTest, MalformedFailureMessagesThrow) {
   Bytes trailing = good;
   trailing.push_back(1);
   EXPECT_NE(failure_error(trailing).find("trailing"), std::string::npos);
-  for (uint8_t stage : {0, 4, 0xff}) {
+  for (uint8_t stage : {0, 6, 0xff}) {
     Bytes bad_stage = good;
     bad_stage[4] = stage;
     EXPECT_NE(failure_error(bad_stage).find("failure stage"), std::string::npos) << int(stage);

@@ -64,6 +64,27 @@ def test_monitor_prints_each_set_while_running_and_exact_counts_at_the_end():
     assert float(table[1]["cache"].rstrip("%")) >= 90, describe(run)
 
 
+def test_a_clean_run_shows_no_broken_set_and_lists_a_set_removed_within_an_interval(tmp_path):
+    # Ranks that finish at different times leave their sets with a goodbye:
+    # the sets close, they do not break (no "broken" in the summary, no
+    # SET_BROKEN in any timeline). The set [0, 2] lived less than an
+    # interval and is listed with its one op.
+    run = horarun("--monitor", "30", "--timeline-filename", "trace.json",
+                  [os.path.join(HERE, "workers", "clean_run.py")], cwd=tmp_path)
+    assert run.returncode == 0, describe(run)
+    summary = run.stderr[run.stderr.index("horarun: monitor summary"):]
+    assert "broken" not in summary, describe(run)
+    table = summary_table(run.stderr)
+    by_ranks = {row["ranks"]: row for row in table.values()}
+    assert set(by_ranks) == {"[0, 1, 2, 3]", "[0, 1]", "[2, 3]", "[0, 2]"}, describe(run)
+    assert (by_ranks["[0, 2]"]["ops"], by_ranks["[0, 1]"]["ops"]) == ("1", "5"), describe(run)
+    traces = sorted(tmp_path.glob("trace*.json"))   # the coordinators': ranks 0 and 2
+    assert [trace.name for trace in traces] == ["trace.json", "trace.rank2.json"], traces
+    for trace in traces:
+        names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
+        assert "SET_BROKEN" not in names, (trace, names)
+
+
 def test_without_the_flag_nothing_of_the_monitor_is_printed():
     run = horarun([MONITORED])
     assert run.returncode == 0, describe(run)

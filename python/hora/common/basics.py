@@ -143,7 +143,7 @@ def _register_shutdown_at_exit():
 
 @_interrupts.quiet_during
 def _shutdown_at_exit():
-    shutdown()
+    _shutdown(goodbye=not session.dying_of_exception)
 
 
 def _report_uncaught_exceptions():
@@ -158,6 +158,7 @@ def _report_uncaught_exceptions():
 
     @_interrupts.quiet_during
     def hook(kind, value, traceback):
+        session.dying_of_exception = True
         if not _interrupts.report_uncaught(kind, value, traceback):
             original(kind, value, traceback)
         sys.stdout.flush()
@@ -168,10 +169,16 @@ def _report_uncaught_exceptions():
 
 
 def shutdown():
-    """Stops every process set of this process. Pending ops fail."""
+    """Stops every process set of this process. Pending ops fail. The other
+    members of its sets are told that this rank leaves: for them the sets
+    close (ops on them fail naming this rank) rather than break."""
+    _shutdown(goodbye=True)
+
+
+def _shutdown(goodbye):
     _metrics_http.stop()
     _monitor.stop()   # its last report reads the counters, before the core stops
-    _core.shutdown()
+    _core.shutdown(goodbye)
     _process_sets._on_shutdown()
     _mpi.on_shutdown()
     session.config = None

@@ -42,6 +42,8 @@ class MetricsPublisher:
         self._since = time.monotonic()
         self._stopped = threading.Event()
         self._store_failed = False
+        self._removed = {}   # set id -> its counters when this rank removed it
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="hora-monitor", daemon=True)
 
     def start(self):
@@ -55,6 +57,18 @@ class MetricsPublisher:
             self.publish(final=True)
         self._client.close()
 
+    def keep_removed(self, set_id):
+        """Called before this rank removes set `set_id`: its last counters
+        stay in every later report, marked removed, so that the summary
+        lists a set removed before any report caught it."""
+        try:
+            counters = telemetry.metrics(set_id)
+        except (ValueError, RuntimeError):
+            return
+        counters["removed"] = True
+        with self._lock:
+            self._removed[set_id] = counters
+
     def _run(self):
         while not self._stopped.wait(self._interval) and not self._store_failed:
             self.publish()
@@ -65,9 +79,11 @@ class MetricsPublisher:
         if self._store_failed:
             return
         try:
-            sets = telemetry.metrics()
+            live = telemetry.metrics()
         except (ValueError, RuntimeError):
             return   # a set went away while it was read; the next report has it right
+        with self._lock:
+            sets = {**self._removed, **live}
         report = {"rank": self._rank, "at": time.monotonic(), "since": self._since, "final": final,
                   "sets": sets}
         try:

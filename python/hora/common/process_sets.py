@@ -351,6 +351,8 @@ def remove_process_set(process_set):
     known = session.sets_by_id.get(set_id)
     if known is not None and _is_non_members_set(known):
         return remove_process_set(known)
+    if session.monitor_publisher is not None:
+        session.monitor_publisher.keep_removed(set_id)
     removed = _core.remove_process_set(set_id)
     ps = session.sets_by_id.pop(set_id, None)
     for obj in (ps, process_set):

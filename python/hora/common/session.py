@@ -43,6 +43,10 @@ class Session:
         # Installed at the first init, once per process.
         self.shutdown_registered = False
         self.original_excepthook = None
+        # The program is ending because of an exception it did not catch:
+        # the exit handler's shutdown says no goodbye (its sets break for
+        # the other members instead of closing).
+        self.dying_of_exception = False
         # SIGINT handling (hora.common.interrupts.SigintState).
         self.sigint = None
         # The lock, by ranks, under which a set is registered on first use

@@ -19,7 +19,8 @@ them so:
 
 The live rates are the coordinator's deltas between its last two published
 reports. A set removed during the job is summarized with the counts its
-members last published before its removal.
+members had when they removed it (each rank's reports keep them, marked
+"removed", so that a set that lived less than an interval is listed too).
 """
 
 import dataclasses
@@ -244,7 +245,7 @@ class JobMonitor:
                 if not reporting:
                     continue
                 report = self._latest[min(reporting)]
-                if report.final:
+                if report.final or report.sets[set_id].get("removed"):
                     continue
                 previous = self._previous.get(report.rank)
                 if previous is not None and set_id in previous.sets:
