@@ -213,6 +213,9 @@ NB_MODULE(_core, m) {
   m.def("init", &init, "process_sets"_a, "mpi_communicator"_a.none() = nb::none(),
         "mpi_world_ranks"_a = std::vector<int>{}, "settings"_a = nb::dict());
   m.def("shutdown", &shutdown, nb::arg("goodbye") = true);
+  // The process ends because of an uncaught exception: objects a daemon
+  // thread still holds at exit are expected, not a binding's leak.
+  m.def("quiet_leak_warnings", [] { nb::set_leak_warnings(false); });
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lock(runtime_mutex);
     return runtime != nullptr;

@@ -75,6 +75,18 @@ def test_ctrl_c_while_a_peer_ends_first_gives_no_excepthook_noise():
         assert seconds < 4, seconds
 
 
+def test_ctrl_c_in_library_code_names_the_programs_line_and_prints_no_leak_report():
+    # Each rank is inside the standard library's statistics module when the
+    # interrupt arrives, with a daemon thread holding a handle (alive at
+    # exit): the line names blocked.py, and nanobind reports no leak.
+    process = start("in-library", 2)
+    seconds, out, err = interrupted(process, None, 2)
+    assert process.returncode == 128 + signal.SIGINT, err
+    assert_one_line_per_rank(err, 2)
+    assert "statistics.py" not in err, err
+    assert "nanobind" not in err and "leaked" not in err, err
+
+
 def test_sigint_to_one_rank_makes_it_the_named_cause():
     process = start("diverged", 2)
     seconds, out, err = interrupted(process, 1, 2)

@@ -4,6 +4,7 @@ job's secret."""
 
 import io
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -219,3 +220,65 @@ def test_elastic_job_below_its_minimum_stops_with_the_reason(spark, quick_discov
 def test_elastic_arguments_are_checked(spark, arguments, text):
     with pytest.raises(ValueError, match=text):
         hora.spark.run_elastic(cluster_tasks.elastic_regression, args=(1,), **arguments)
+
+
+LOCAL_DRIVER = """
+import subprocess
+import sys
+from pyspark.sql import SparkSession
+import hora.spark
+
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("FATAL")
+
+
+def rank_and_python():
+    import sys
+    import hora.numpy as hvd
+    hvd.init()
+    rank = hvd.rank()
+    hvd.shutdown()
+    return rank, sys.executable
+
+
+try:
+    print("RESULT", hora.spark.run(rank_and_python, num_proc=2), flush=True)
+except RuntimeError as error:
+    print("ERROR", error, flush=True)
+finally:
+    spark.stop()
+"""
+
+
+def run_local_driver(tmp_path, **env_changes):
+    script = tmp_path / "driver.py"
+    script.write_text(LOCAL_DRIVER)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_local_mode_without_a_python_chosen_runs_the_tasks_on_the_drivers(tmp_path):
+    # No PYSPARK_PYTHON, and `python3` on PATH is one without hora (as when
+    # a virtual environment's python runs a script without activating it).
+    run = run_local_driver(tmp_path, PATH="/usr/bin:/bin")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"RESULT [(0, {sys.executable!r}), (1, {sys.executable!r})]" in run.stdout, run.stdout + run.stderr
+
+
+def test_tasks_on_a_python_without_hora_fail_saying_what_to_set(tmp_path):
+    # PYSPARK_PYTHON names a Python that cannot import hora (here: this one,
+    # with a package in front of it on the path that says hora is missing).
+    shadow = tmp_path / "shadow" / "hora"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'hora'\", name='hora')\n")
+    python = tmp_path / "python-without-hora"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={shadow.parent}:$PYTHONPATH exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    run = run_local_driver(tmp_path, PYSPARK_PYTHON=str(python))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("ERROR hora.spark.run: the Spark job failed before its ranks ran"), run.stdout
+    assert (f"Spark's tasks run {str(python)!r}, which cannot import hora; set PYSPARK_PYTHON "
+            "(or spark.pyspark.python) to a Python that has hora installed") in run.stdout, run.stdout + run.stderr
+    assert "Traceback" not in run.stdout, run.stdout

@@ -159,6 +159,7 @@ def _report_uncaught_exceptions():
     @_interrupts.quiet_during
     def hook(kind, value, traceback):
         session.dying_of_exception = True
+        _core.quiet_leak_warnings()
         if not _interrupts.report_uncaught(kind, value, traceback):
             original(kind, value, traceback)
         sys.stdout.flush()

@@ -17,14 +17,19 @@ after init(), while SIGINT still has Python's default handler:
   watcher prints the one line and ends the process (status 130: the ops
   it waits for cannot be cancelled from Python).
 
-The line names the rank and the caller's line:
-``KeyboardInterrupt: rank 0 stopped at train.py:42 (in train_step)``.
+The line names the rank and the program's own line that was running (not
+one inside hora, an installed library or the standard library):
+``KeyboardInterrupt: rank 0 stopped at train.py:42 (in train_step)``. A
+rank that ends because of an uncaught exception also stops nanobind's
+report of objects still alive at exit (a daemon thread may hold a handle):
+that report is meant for bugs in bindings, and here it is only noise.
 """
 
 import os
 import signal
 import socket
 import sys
+import sysconfig
 import threading
 import time
 
@@ -32,7 +37,11 @@ from hora.common.session import session
 
 WAIT_SECONDS = 0.5
 _HORA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+# Where installed libraries live (the standard library, site-packages): a
+# frame there is not the program's own line.
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(path) + os.sep
+                              for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                              if (path := sysconfig.get_paths().get(name))}))
 
 
 class SigintState:
@@ -135,12 +144,21 @@ def _end_if_blocked_in_hora():
     if _state.taken >= _state.seen or frame is None or not _in_hora(frame):
         return
     hora_call, caller = _split_at_caller(frame)
-    _print_line(f"{_stopped_at(caller)}, waiting in hora's {hora_call}")
+    own = caller   # the program's own line that led there (torch may be the caller)
+    while own is not None and _in_library(own):
+        own = own.f_back
+    _print_line(f"{_stopped_at(own or caller)}, waiting in hora's {hora_call}")
     os._exit(128 + signal.SIGINT)
 
 
 def _in_hora(frame):
     return os.path.abspath(frame.f_code.co_filename).startswith(_HORA_DIR + os.sep)
+
+
+def _in_library(frame):
+    """In hora, an installed library or the standard library: not the
+    program's own code."""
+    return _in_hora(frame) or os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS)
 
 
 def _split_at_caller(frame):
@@ -180,10 +198,14 @@ def report_uncaught(kind, value, traceback):
     interrupted = issubclass(kind, KeyboardInterrupt)
     if not interrupted and not _state.taken_while_reporting:
         return False
-    frame, line = None, None   # the innermost frame outside hora, else the outermost
+    # The innermost frame of the program's own code, else the innermost
+    # outside hora, else the outermost: the line a user wants to see, not
+    # one inside torch or the standard library.
+    frame, line, own = None, None, False
     while traceback is not None:
-        if frame is None or not _in_hora(traceback.tb_frame):
-            frame, line = traceback.tb_frame, traceback.tb_lineno
+        here = traceback.tb_frame
+        if not _in_library(here) or (not own and (frame is None or not _in_hora(here))):
+            frame, line, own = here, traceback.tb_lineno, not _in_library(here)
         traceback = traceback.tb_next
     line = _stopped_at(frame, line)
     if not interrupted:

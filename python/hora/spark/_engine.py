@@ -4,6 +4,7 @@ once, and the checks of num_proc and start_timeout."""
 
 import os
 import socket
+import sys
 
 from hora.spark._task import arrow_partition, barrier_partition
 
@@ -114,9 +115,32 @@ class _Engine:
                 session.removeTag(tag)
             return
         context = self._handle
+        self._tasks_use_this_python_when_local()
         context.setJobGroup(tag, "hora.spark.run", interruptOnCancel=True)
-        context.parallelize(range(spec.num_proc), spec.num_proc).barrier().mapPartitions(
-            barrier_partition(spec)).collect()
+        try:
+            context.parallelize(range(spec.num_proc), spec.num_proc).barrier().mapPartitions(
+                barrier_partition(spec)).collect()
+        except Exception as error:   # noqa: BLE001 - Py4J wraps the tasks' errors
+            if "No module named 'hora'" not in str(error):
+                raise
+            raise RuntimeError(
+                f"hora.spark.run: Spark's tasks run {context.pythonExec!r}, which cannot import hora; "
+                "set PYSPARK_PYTHON (or spark.pyspark.python) to a Python that has hora installed "
+                f"(this driver runs {sys.executable}) before the SparkSession is created") from None
+
+    def _tasks_use_this_python_when_local(self):
+        """In local mode with no Python chosen for the tasks
+        (PYSPARK_PYTHON, spark.pyspark.python), Spark would run `python3`
+        from PATH, which need not have hora (a virtual environment's python
+        run without activating it): the tasks run this driver's interpreter
+        instead, which does. On a cluster the driver's path may not exist
+        on the executors, so nothing is changed there."""
+        context = self._handle
+        if not str(context.master).startswith("local"):
+            return
+        if os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python"):
+            return
+        context.pythonExec = sys.executable
 
     def cancel(self, tag):
         if self.kind == "Spark Connect":

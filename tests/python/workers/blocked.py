@@ -4,6 +4,9 @@
                             (the ranks diverged: none can complete)
     blocked.py one-sleeps   rank 1 sleeps in Python; the others wait for it
                             in an allreduce, through a handle
+    blocked.py in-library   every rank computes in a library's Python code
+                            (the standard library's statistics module),
+                            holding a handle of an op that never completes
 
 Each rank prints ``pid <pid>`` once it waits (or just before).
 """
@@ -23,6 +26,19 @@ hvd.allreduce(np.ones(2), name="warm-up")
 print(f"pid {os.getpid()}", flush=True)
 if mode == "diverged":
     hvd.allreduce(np.ones(2), name=f"step.rank{me}")
+elif mode == "in-library":
+    import statistics
+    import threading
+
+    pending = hvd.allreduce_async(np.ones(2), name=f"never.rank{me}")
+
+    def hold(handle):   # a daemon thread keeps the handle alive past the interpreter's end
+        threading.Event().wait()
+
+    threading.Thread(target=hold, args=(pending,), daemon=True).start()
+    values = list(range(200_000))
+    while True:
+        statistics.pvariance(values)
 elif me == 1:
     time.sleep(60)
 else:
