@@ -14,7 +14,9 @@ void OpRunner::run(Backend& data, const Response& response, std::vector<TensorEn
   times.start = Clock::now();
   last_run_.store(times.start.time_since_epoch().count());
   {
-    ProgressPool::BlockingScope blocking;  // other sets' runs go on meanwhile
+    // Other sets' runs go on meanwhile (once it sleeps, where the data
+    // plane says when).
+    ProgressPool::BlockingScope blocking(data.notices_sleep());
     run_collective(data, response, entries, times);
   }
   times.end = Clock::now();

@@ -82,7 +82,7 @@ void ProgressEngine::wake() {
 void ProgressEngine::run(const Connect& connect) {
   if (!connect_links(connect)) return;
   if (pool_ && links_->control().armable()) {
-    slot_ = pool_->add(*this);
+    slot_ = pool_->add_and_run(*this);
     awake_slot_ = slot_.get();
     pool_->notify(*slot_);  // for a submission that woke the control plane meanwhile
     return;

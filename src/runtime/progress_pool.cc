@@ -24,8 +24,10 @@ constexpr milliseconds kIdleExit{1000};
 // soon with it, so that timers of many sets cost one wake.
 constexpr milliseconds kCoalesce{10};
 
-// The pool whose thread this is, if any (BlockingScope).
+// The pool whose thread this is, if any, and the watch it holds while it
+// runs the sets it found ready (BlockingScope).
 thread_local ProgressPool* this_threads_pool = nullptr;
+thread_local void* this_threads_watch = nullptr;
 
 }  // namespace
 
@@ -115,6 +117,14 @@ std::shared_ptr<ProgressPool::Slot> ProgressPool::add(Client& client) {
   return slot;
 }
 
+std::shared_ptr<ProgressPool::Slot> ProgressPool::add_and_run(Client& client) {
+  auto slot = std::make_shared<Slot>(client);
+  std::unique_lock<std::mutex> lock(mutex_);
+  slot->id = ++last_id_;
+  run(lock, slot);
+  return slot;
+}
+
 void ProgressPool::notify(Slot& slot) {
   int state = slot.state.load();
   while (state == Slot::kRunning)
@@ -124,13 +134,17 @@ void ProgressPool::notify(Slot& slot) {
   notify_locked(slot.shared_from_this());
 }
 
-void ProgressPool::notify_locked(const std::shared_ptr<Slot>& slot) {
+void ProgressPool::notify_locked(const std::shared_ptr<Slot>& slot, bool staff) {
   if (slot->removed) return;
   int state = slot->state.load();
   for (;;) {
     if (state == Slot::kIdle) {
       if (!slot->state.compare_exchange_weak(state, Slot::kQueued)) continue;
       ready_.push_back(slot);
+      if (!staff) return;
+      // The thread that sleeps on the set's control plane runs it: one
+      // wake, and no re-arming for it to learn of afterwards.
+      if (slot->watch && slot->watch->held && slot->watch->sleeping) return bump(*slot->watch);
       staff_locked();
       return;
     }
@@ -181,9 +195,7 @@ void ProgressPool::work(Worker* self) {
     }
     if (stopping_) break;
     if (Watch* vacant = vacant_watch_locked()) {
-      vacant->held = true;
-      watch(lock, *vacant);
-      vacant->held = false;
+      keep_watch(lock, *vacant);
       continue;
     }
     if (!idle_wait(lock, self)) break;
@@ -191,6 +203,30 @@ void ProgressPool::work(Worker* self) {
   --threads_;
   self->exited = true;
   all_exited_.notify_all();
+}
+
+// Holds `watch`: sleeps on it, and runs the sets it finds ready itself,
+// still holding it (no thread hand-off on the way from a message to its
+// set), until it has nothing to watch or a collective makes this thread
+// give it up (BlockingScope).
+void ProgressPool::keep_watch(std::unique_lock<std::mutex>& lock, Watch& watch) {
+  watch.held = true;
+  this_threads_watch = &watch;
+  while (this_threads_watch == &watch) {
+    this->watch(lock, watch);
+    if (ready_.empty()) break;  // nothing left to watch, or stopping
+    while (!ready_.empty() && this_threads_watch == &watch) {
+      std::shared_ptr<Slot> slot = std::move(ready_.front());
+      ready_.pop_front();
+      ++running_;
+      run(lock, slot);
+      --running_;
+    }
+  }
+  if (this_threads_watch == &watch) {
+    watch.held = false;
+    this_threads_watch = nullptr;
+  }
 }
 
 // Waits to be handed something; false when this thread should exit.
@@ -237,7 +273,7 @@ void ProgressPool::watch(std::unique_lock<std::mutex>& lock, Watch& watch) {
         continue;
       }
       disarm_locked(*slot);  // takes it off watch.slots
-      notify_locked(slot);
+      notify_locked(slot, /*staff=*/false);  // this thread runs it
     }
     if (!ready_.empty()) return;
   }
@@ -277,7 +313,7 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
         continue;
       }
       disarm_locked(*slot);
-      notify_locked(slot);
+      notify_locked(slot, /*staff=*/false);  // this thread runs it
     }
     if (!ready_.empty()) return;
   }
@@ -384,15 +420,29 @@ void ProgressPool::bump(Watch& watch) {
   futex_wake_all(&watch.word);
 }
 
-ProgressPool::BlockingScope::BlockingScope() : pool_(this_threads_pool) {
+ProgressPool::BlockingScope::BlockingScope(bool lazy) : pool_(this_threads_pool), lazy_(lazy) {
   if (!pool_) return;
+  if (!lazy_) {
+    enter();
+    return;
+  }
+  previous_ = set_sleep_notice(SleepNotice{[](void* scope) { static_cast<BlockingScope*>(scope)->enter(); }, this});
+}
+
+// This thread no longer runs sets for now: its watch goes to another.
+void ProgressPool::BlockingScope::enter() {
+  if (entered_) return;
+  entered_ = true;
   std::lock_guard<std::mutex> lock(pool_->mutex_);
   --pool_->running_;
+  if (auto* held = static_cast<Watch*>(std::exchange(this_threads_watch, nullptr))) held->held = false;
   pool_->staff_locked();
 }
 
 ProgressPool::BlockingScope::~BlockingScope() {
   if (!pool_) return;
+  if (lazy_) set_sleep_notice(previous_);
+  if (!entered_) return;
   std::lock_guard<std::mutex> lock(pool_->mutex_);
   ++pool_->running_;
 }

@@ -12,17 +12,18 @@
 // in a collective for as long as the op takes. A set is run by one thread at
 // a time; a notification that arrives while it runs makes it run again.
 //
-// Who watches and who runs trade places (leader and followers): the watcher
-// that finds a set ready hands its watch to another thread and runs the set
-// itself, so a message costs the set one thread wake, as with a thread of
-// its own. A queued set gets a thread woken (or started, up to
-// max_threads) only when no thread runs a set at that moment, or every one
-// that does is inside a collective (BlockingScope): short runs stay on the
-// threads that are awake, and a set in a collective never holds up the
-// others. Threads idle for a second above `resting` exit. So the thread
-// count follows the number of sets in a collective at once, not the number
-// of live sets, and no set waits behind another set's collective (below
-// the cap).
+// A watcher that finds sets ready runs them itself, still holding its
+// watch, and then sleeps on it again: a control message costs the set one
+// thread wake, as with a thread of its own, and no hand-off. When one of
+// those runs enters a collective (BlockingScope), the watch is left to
+// another thread at once. A set queued otherwise (a submission) gets a
+// thread woken (or started, up to max_threads) only when no thread is
+// running a set outside a collective: short runs stay on the threads that
+// are awake, and a set in a collective never holds up the others. Threads
+// idle for a second above `resting` exit. So the thread count follows the
+// number of sets in a collective at once, not the number of live sets, and
+// no set waits behind another set's collective (below the cap); it may
+// wait behind another set's short run (negotiation, a control message).
 //
 // Threads: add(), notify() and remove() from any thread; remove() blocks
 // until no thread runs the set or watches its control plane. The pool owns
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "control/control_plane.h"
+#include "util/sleep_notice.h"
 
 namespace hora {
 
@@ -73,6 +75,9 @@ class ProgressPool {
   static bool supported();
   // Registers `client` and queues it (its first service() runs at once).
   std::shared_ptr<Slot> add(Client& client);
+  // The same, running the first service() on the calling thread (the one
+  // that connected the set: no hand-off to a pool thread).
+  std::shared_ptr<Slot> add_and_run(Client& client);
   // The set has work: queues it, or makes it run again if it runs now.
   void notify(Slot& slot);
   // Drops the set: disarms its control plane, waits until no thread runs
@@ -80,17 +85,25 @@ class ProgressPool {
   void remove(Slot& slot);
 
   // Brackets a call that may block for as long as an op takes (a
-  // collective): on a pool thread, another thread serves queued sets
-  // meanwhile. Does nothing on other threads.
+  // collective): on a pool thread, another thread serves queued sets and
+  // this thread's watch meanwhile. `lazy`: only once the call is about to
+  // sleep (util/sleep_notice.h; for data planes whose waits say so), so
+  // that one that completes while it spins costs no hand-off. Does nothing
+  // on other threads.
   class BlockingScope {
    public:
-    BlockingScope();
+    explicit BlockingScope(bool lazy = false);
     ~BlockingScope();
     BlockingScope(const BlockingScope&) = delete;
     BlockingScope& operator=(const BlockingScope&) = delete;
 
    private:
+    void enter();
+
     ProgressPool* pool_;
+    bool lazy_ = false;
+    bool entered_ = false;
+    SleepNotice previous_;
   };
 
   // The pool's threads now, and how many of them are idle (tests).
@@ -105,11 +118,12 @@ class ProgressPool {
   struct Worker;
 
   void work(Worker* self);
+  void keep_watch(std::unique_lock<std::mutex>& lock, Watch& watch);
   void watch(std::unique_lock<std::mutex>& lock, Watch& watch);
   void watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch);
   bool watch_descriptors_locked(Slot& slot, const std::vector<int>& fds);
   void run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot);
-  void notify_locked(const std::shared_ptr<Slot>& slot);
+  void notify_locked(const std::shared_ptr<Slot>& slot, bool staff = true);
   void arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due);
   void disarm_locked(Slot& slot);
   void bump(Watch& watch);

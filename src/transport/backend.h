@@ -52,6 +52,10 @@ class Backend {
                          const std::vector<size_t>& recv_bytes) = 0;
   virtual void barrier() = 0;
 
+  // Whether every wait of its collectives calls about_to_sleep()
+  // (util/sleep_notice.h) before it sleeps.
+  virtual bool notices_sleep() const { return false; }
+
   // Any thread; idempotent; never blocks for long. The data plane is given
   // up: the collective in progress and every later one fail at once with
   // PeerFailure naming `reason`, and peers blocked in a collective with this

@@ -21,6 +21,7 @@
 #include "ranks_as_threads.h"
 #include "runtime/progress_pool.h"
 #include "util/futex.h"
+#include "util/sleep_notice.h"
 
 namespace hora {
 namespace {
@@ -188,15 +189,17 @@ TEST(ProgressPool, RunsASetAgainWhenItIsDue) {
 
 // One set's collective blocks its thread; another set's messages are still
 // served meanwhile. (Without the BlockingScope a collective opens, the
-// other set would wait for the thread to come back.)
-TEST(ProgressPool, ASetInALongCollectiveDoesNotDelayAnother) {
-  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+// other set would wait for the thread to come back.) `lazy`: the scope
+// takes effect when the collective says it goes to sleep.
+void long_collective_beside_another(bool lazy) {
   ProgressPool pool(/*resting=*/0);
   std::latch release(1);
   CountingSet busy, other;
   busy.during = [&](int run) {
-    ProgressPool::BlockingScope collective;
-    if (run == 2) release.wait();
+    ProgressPool::BlockingScope collective(lazy);
+    if (run != 2) return;
+    if (lazy) about_to_sleep();
+    release.wait();
   };
   auto busy_slot = pool.add(busy);
   auto other_slot = pool.add(other);
@@ -212,6 +215,33 @@ TEST(ProgressPool, ASetInALongCollectiveDoesNotDelayAnother) {
   release.count_down();
   pool.remove(*busy_slot);
   pool.remove(*other_slot);
+}
+
+TEST(ProgressPool, ASetInALongCollectiveDoesNotDelayAnother) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  long_collective_beside_another(/*lazy=*/false);
+}
+
+TEST(ProgressPool, ASetWhoseCollectiveGoesToSleepDoesNotDelayAnother) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  long_collective_beside_another(/*lazy=*/true);
+}
+
+// A lazy scope whose call never sleeps hands nothing over: no thread is
+// woken or started for the watch it holds.
+TEST(ProgressPool, ACollectiveThatCompletesWithoutSleepingWakesNoThread) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool(/*resting=*/0);
+  CountingSet set;
+  set.during = [&](int) { ProgressPool::BlockingScope collective(/*lazy=*/true); };
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.plane.armed() == 1 && pool.threads() == 1; }, 5s)) << pool.threads();
+  for (int i = 2; i <= 20; ++i) {
+    set.plane.ring();
+    ASSERT_TRUE(eventually([&] { return set.runs == i; }));
+  }
+  EXPECT_EQ(pool.threads(), 1) << "short collectives made the pool start threads";
+  pool.remove(*slot);
 }
 
 // Twelve sets whose collectives wait for each other (as sets of two ranks

@@ -54,6 +54,8 @@ class ShmBackend final : public Backend {
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                  const std::vector<size_t>& recv_bytes) override;
   void barrier() override;
+  // Its waits are Doorbell::wait, which says when it goes to sleep.
+  bool notices_sleep() const override { return true; }
 
   void abort(const std::string& reason) override;
 

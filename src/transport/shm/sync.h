@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "util/futex.h"
+#include "util/sleep_notice.h"
 
 namespace hora::shm {
 
@@ -94,7 +95,10 @@ class Doorbell {
       const uint32_t seen = std::atomic_ref<uint32_t>(*word_).load(std::memory_order_acquire);
       std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!ready()) sleep(seen, std::min<Clock::duration>(deadline - now, kLivenessInterval));
+      if (!ready()) {
+        about_to_sleep();
+        sleep(seen, std::min<Clock::duration>(deadline - now, kLivenessInterval));
+      }
       std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed);
     }
   }
