@@ -11,6 +11,8 @@ thread_local SleepNotice this_threads_notice;
 
 SleepNotice set_sleep_notice(SleepNotice notice) noexcept { return std::exchange(this_threads_notice, notice); }
 
+bool sleep_noticed() noexcept { return this_threads_notice.notice != nullptr; }
+
 void about_to_sleep() noexcept {
   if (this_threads_notice.notice) this_threads_notice.notice(this_threads_notice.context);
 }

@@ -6,6 +6,8 @@
 // calling thread has set, if any, runs.
 #pragma once
 
+#include <chrono>
+
 namespace hora {
 
 struct SleepNotice {
@@ -17,5 +19,12 @@ struct SleepNotice {
 SleepNotice set_sleep_notice(SleepNotice notice) noexcept;
 // Runs the calling thread's notice, if any (it may run more than once).
 void about_to_sleep() noexcept;
+// Whether the calling thread has a notice set.
+bool sleep_noticed() noexcept;
+
+// A wait whose thread has a notice naps this long before it gives notice
+// and sleeps on: a peer that is merely late by a scheduling slice costs no
+// hand-off.
+inline constexpr auto kNapBeforeNotice = std::chrono::microseconds(1000);
 
 }  // namespace hora

@@ -87,6 +87,7 @@ class Doorbell {
         sched_yield();
       }
     }
+    bool napped = false;  // once before about_to_sleep() (util/sleep_notice.h)
     for (;;) {
       if (ready()) return true;
       idle();
@@ -96,8 +97,11 @@ class Doorbell {
       std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (!ready()) {
-        about_to_sleep();
-        sleep(seen, std::min<Clock::duration>(deadline - now, kLivenessInterval));
+        Clock::duration nap = std::min<Clock::duration>(deadline - now, kLivenessInterval);
+        if (!napped && sleep_noticed()) nap = std::min<Clock::duration>(nap, kNapBeforeNotice);
+        else about_to_sleep();
+        napped = true;
+        sleep(seen, nap);
       }
       std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed);
     }
