@@ -277,29 +277,44 @@ TEST(ProgressPool, SetsThatWaitForEachOtherAllGetAThread) {
   for (auto& slot : slots) pool.remove(*slot);
 }
 
+// `count` CountingSets registered with `pool` (each made ready by
+// `configure` first), removed again at the end.
+struct ManySets {
+  ManySets(ProgressPool& pool, int count, const std::function<void(CountingSet&)>& configure = {}) : pool(pool) {
+    for (int i = 0; i < count; ++i) {
+      sets.push_back(std::make_unique<CountingSet>());
+      if (configure) configure(*sets.back());
+      slots.push_back(pool.add(*sets.back()));
+    }
+  }
+  ~ManySets() {
+    for (auto& slot : slots) pool.remove(*slot);
+  }
+  bool all(const std::function<bool(CountingSet&)>& holds) const {
+    for (const auto& set : sets)
+      if (!holds(*set)) return false;
+    return true;
+  }
+
+  ProgressPool& pool;
+  std::vector<std::unique_ptr<CountingSet>> sets;
+  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
+};
+
 // 300 idle sets: the resting threads plus one watcher per 127 sets.
 TEST(ProgressPool, ManyIdleSetsCostAFewThreads) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   constexpr int kSets = 300;
   ProgressPool pool(/*resting=*/2);
-  std::vector<std::unique_ptr<CountingSet>> sets;
-  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
-  for (int i = 0; i < kSets; ++i) {
-    sets.push_back(std::make_unique<CountingSet>());
-    slots.push_back(pool.add(*sets.back()));
-  }
-  ASSERT_TRUE(eventually([&] {
-    for (auto& set : sets)
-      if (set->plane.armed() != 1) return false;
-    return true;
-  }));
+  ManySets many(pool, kSets);
+  auto& sets = many.sets;
+  ASSERT_TRUE(eventually([&] { return many.all([](CountingSet& set) { return set.plane.armed() == 1; }); }));
   const int watchers = (kSets + ProgressPool::kSetsPerWatch - 1) / ProgressPool::kSetsPerWatch;
   EXPECT_TRUE(eventually([&] { return pool.threads() <= 2 + watchers; }, 5s)) << pool.threads() << " threads";
   for (int i : {0, 150, 299}) {
     sets[i]->plane.ring();
     EXPECT_TRUE(eventually([&] { return sets[i]->runs >= 2; })) << "set " << i << " was not woken";
   }
-  for (auto& slot : slots) pool.remove(*slot);
 }
 
 // 100 sets due every 10 ms: bursts of short runs stay on the threads that
@@ -308,17 +323,10 @@ TEST(ProgressPool, ShortRunsDoNotMultiplyThreads) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   constexpr int kSets = 100;
   ProgressPool pool(/*resting=*/2);
-  std::vector<std::unique_ptr<CountingSet>> sets;
-  std::vector<std::shared_ptr<ProgressPool::Slot>> slots;
-  for (int i = 0; i < kSets; ++i) {
-    sets.push_back(std::make_unique<CountingSet>());
-    sets.back()->period = 10ms;
-    slots.push_back(pool.add(*sets.back()));
-  }
+  ManySets many(pool, kSets, [](CountingSet& set) { set.period = 10ms; });
   std::this_thread::sleep_for(2500ms);  // idle threads above the resting number go after a second
   EXPECT_LE(pool.threads(), 2 + 1 + 2) << "threads of a pool whose sets only run briefly";
-  EXPECT_GE(sets[kSets / 2]->runs, 20) << "a set due every 10 ms ran too seldom";
-  for (auto& slot : slots) pool.remove(*slot);
+  EXPECT_GE(many.sets[kSets / 2]->runs, 20) << "a set due every 10 ms ran too seldom";
 }
 
 TEST(ProgressPool, RemoveWaitsForARunningSetAndItIsNotRunAfterwards) {
