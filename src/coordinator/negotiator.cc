@@ -197,6 +197,27 @@ Response Negotiator::finish_join() {
   return response;
 }
 
+std::vector<Response> Negotiator::abandon(const std::string& reason) {
+  std::vector<Response> out;
+  for (auto it = table_.begin(); it != table_.end();) {
+    if (it->second.queued) {
+      ++it;
+      continue;
+    }
+    const Request& head = first_submitted(it->second.by_rank, it->second.seen);
+    Response response;
+    response.op = head.op;
+    response.names = {it->first};
+    response.cache = {0};
+    response.slots = {-1};
+    response.error = head.describe() + " on process set " + std::to_string(options_.process_set_id) + " " +
+                     ranks_string(options_.global_ranks) + " failed: " + reason;
+    out.push_back(std::move(response));
+    it = table_.erase(it);
+  }
+  return out;
+}
+
 std::vector<PendingOp> Negotiator::pending() const {
   std::vector<PendingOp> out;
   for (const auto& [name, entry] : table_) {

@@ -58,6 +58,11 @@ class Negotiator {
   void submit_cached(int rank, uint32_t slot);
 
   std::vector<Response> ready();
+  // Gives up every op that waits for members: each becomes an error
+  // response (`reason`, after the op's description) that fails it on the
+  // members that submitted it, and the negotiation of its name starts
+  // afresh. For diverged members, which can then agree on the ops after.
+  std::vector<Response> abandon(const std::string& reason);
   // Ops waiting for members; joined members are never missing.
   std::vector<PendingOp> pending() const;
   const ResponseCache& cache() const { return cache_; }

@@ -219,6 +219,7 @@ std::string StallInspector::waiting_notice(const std::vector<Waiting>& waiting) 
 
 StallFailure StallInspector::divergence_failure(const std::vector<PendingOp>& pending, milliseconds still) const {
   StallFailure out;
+  out.diverged = true;
   out.reason = "the ranks diverged: each waits on an op the others have not submitted, and nothing was submitted "
                "or finished for " + seconds_text(still) + " (HORA_DIVERGENCE_TIMEOUT_SECONDS: " +
                seconds_text(options_.divergence_timeout) + ")";
@@ -248,6 +249,7 @@ StallFailure StallInspector::failure(const std::vector<Waiting>& expired, const 
   for (int rank : waiting_elsewhere)
     waiting_text += "; global rank " + std::to_string(rank) + " waits on " + listed(waits.at(rank));
   if (out.missing.empty()) {
+    out.diverged = true;
     out.reason = "the ranks diverged: each waits on an op the others have not submitted, and none was submitted "
                  "by every member" + within;
     for (const auto& [rank, ops] : waits) out.reason += "; global rank " + std::to_string(rank) + " waits on " + listed(ops);

@@ -13,8 +13,9 @@
 // as such, naming each rank's op, and warned about sooner (the divergence
 // time) once two inspections in a row have seen it; a rank waiting on
 // another op is never called missing. Diverged members that stay so with
-// nothing submitted or finished meanwhile run different code: the set fails
-// after the divergence timeout instead of the op timeout.
+// nothing submitted or finished meanwhile run different code: their ops
+// fail after the divergence timeout instead of the op timeout, and only
+// those ops (StallFailure::diverged), for every member is alive.
 //
 // An op that waits for ranks that are not waiting on anything (still
 // computing, or stuck) gets one notice at the divergence time, naming them,
@@ -47,12 +48,13 @@ struct StallOptions {
   std::chrono::milliseconds divergence_timeout{60'000};
 };
 
-// Why a stalled set fails: the global ranks that did not submit the
+// Why stalled ops fail: the global ranks that did not submit the
 // expired ops and wait on nothing else (none when the members diverged),
 // and a sentence naming the ops, what each rank waits on, and the limit.
 struct StallFailure {
   std::vector<int> missing;
   std::string reason;
+  bool diverged = false;  // every rank waits on an op: the ops fail, not the set
 };
 
 struct StallReport {

@@ -209,8 +209,24 @@ void CoordinatorLoop::inspect(Clock::time_point now, milliseconds head_start) {
     log_warning(report.warning);
     telemetry_.stall(report.warning);
   }
+  if (report.failure && report.failure->diverged) return abandon(report.failure->reason, now);
   if (report.failure)
     failure_ = SetFailure{report.failure->reason, options_.set_ranks_of(report.failure->missing), false, false};
+}
+
+// Diverged members will not agree on the ops they wait on, but every one of
+// them is alive and may agree on the next: those ops fail with `reason` on
+// the members that submitted them and the set goes on. Submissions the
+// agreement holds join the negotiator first (their slots come back once the
+// error responses are dispatched).
+void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) {
+  std::vector<uint32_t> held;
+  for (const auto& [slot, wait] : waits_) held.push_back(slot);
+  for (uint32_t slot : held) divert(slot, now);
+  for (Response& response : negotiator_.abandon(reason)) {
+    for (const std::string& name : response.names) inspector_.finished(name);
+    undispatched_.push_back(std::move(response));
+  }
 }
 
 // Ops some members submitted through the agreement and others not yet:

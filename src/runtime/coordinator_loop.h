@@ -2,7 +2,7 @@
 // state machine. The engine thread feeds it this member's new requests, the
 // control messages that arrive and the time; it answers with the bytes to
 // send every member and the agreed responses that enter the log, and records
-// why the set broke (failure()). No sockets, no threads, no clock of its own;
+// why the set broke (failure()); ops of diverged members fail alone. No sockets, no threads, no clock of its own;
 // it never blocks. It owns the Negotiator, the StallInspector and the
 // diversion state of the agreement's slots (control/agreement.h): a slot is
 // taken back from the agreement before the coordinator negotiates a request
@@ -76,6 +76,7 @@ class CoordinatorLoop {
   void update_diversions(const std::vector<Response>& dispatched, Clock::time_point now);
   size_t agreed_rows() const;
   void inspect_agreement(Clock::time_point now);
+  void abandon(const std::string& reason, Clock::time_point now);
   std::vector<PendingOp> agreement_pending() const;
 
   const EngineOptions& options_;

@@ -24,8 +24,8 @@ struct EngineOptions {
   std::chrono::milliseconds stall_shutdown_time{0};      // 0: stalls never fail the set
   std::string transport = "local";                       // names the transport's timeline phases
   std::shared_ptr<telemetry::Timeline> timeline;         // null: none
-  // Diverged members with nothing submitted or finished fail the set after
-  // this; 0: only the op timeout does.
+  // The ops of diverged members with nothing submitted or finished fail
+  // after this (the set goes on); 0: only the op timeout fails them.
   std::chrono::milliseconds divergence_timeout{60'000};
 
   int size() const { return static_cast<int>(global_ranks.size()); }

@@ -153,7 +153,8 @@ void Executor::execute(Response response) {
     std::optional<TensorEntry> own = queue_.try_take(response.names[i]);
     if (own) running_.push_back(std::move(*own));
     else if (response.error.empty()) running_.push_back(stand_in(response, i));
-    else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
+    else if (joins_.joined()) stand_in(response, i);  // the op fails on the members that submitted it
+    // else: an op given up while this member had not submitted it (diverged members)
   }
   if (!response.error.empty()) {
     telemetry_.failed(response.op, response.names, response.error);

@@ -205,12 +205,13 @@ ProgressEngine::Clock::time_point ProgressEngine::step() {
   }
   executor_.run_log();
   now = Clock::now();
-  auto deadline = now + (coordinator_ && coordinator_->holding() ? milliseconds{1} : kLongestSleep);
   if (now >= next_inspection_) {
     next_inspection_ = inspect(now);
-    if (failure()) return deadline;
+    if (failure()) return now + kLongestSleep;
   }
-  return std::min(deadline, next_inspection_);
+  // Responses waiting for room in the log, or ops an inspection gave up.
+  const bool holding = coordinator_ && coordinator_->holding();
+  return std::min(now + (holding ? milliseconds{1} : kLongestSleep), next_inspection_);
 }
 
 void ProgressEngine::on_message(const ControlMessage& message) {

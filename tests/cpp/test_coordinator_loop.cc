@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,51 @@ TEST_F(CoordinatorLoopTest, AnOpMembersNeverSubmitFailsTheSetAtTheOpTimeoutNamin
   loop_.inspect(now_ + milliseconds{1100});
   ASSERT_TRUE(loop_.failure());
   EXPECT_EQ(loop_.failure()->gone, std::vector<int>{1}) << loop_.failure()->reason;
+}
+
+TEST_F(CoordinatorLoopTest, OpsOfDivergedMembersFailAloneAndTheSetGoesOn) {
+  loop_.submit_local({allreduce("a")}, now_);
+  loop_.on_message(from_member(1, MemberMessage{{allreduce("b")}, {}}), now_);
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("b")}, {}}), now_);
+  loop_.inspect(now_ + milliseconds{500});
+  loop_.inspect(now_ + milliseconds{1100});
+  EXPECT_FALSE(loop_.failure()) << loop_.failure()->reason;
+  CoordinatorLoop::Dispatch given_up = commit(loop_.dispatch(now_ + milliseconds{1100}));
+  ASSERT_EQ(given_up.responses.size(), 2u);
+  for (const Response& response : given_up.responses) {
+    ASSERT_EQ(response.names.size(), 1u);
+    EXPECT_TRUE(contains(response.error, "allreduce '" + response.names[0] + "' (float32 [4]) on process set 7 [1, 3, 5] failed: the ranks diverged"))
+        << response.error;
+    EXPECT_TRUE(contains(response.error, "global rank 1 waits on allreduce 'a'")) << response.error;
+    EXPECT_TRUE(contains(response.error, "global rank 3 waits on allreduce 'b'")) << response.error;
+  }
+  EXPECT_EQ(decode_coordinator_message(given_up.bytes).responses.size(), 2u) << "every member hears of it";
+
+  CoordinatorLoop::Dispatch next = everyone_submits(allreduce("a"));
+  ASSERT_EQ(next.responses.size(), 1u) << "the name given up is negotiated afresh";
+  EXPECT_TRUE(next.responses[0].error.empty()) << next.responses[0].error;
+  loop_.inspect(now_ + milliseconds{5000});
+  EXPECT_FALSE(loop_.failure());
+}
+
+TEST_F(CoordinatorLoopWithLane, AnOpOfDivergedMembersHeldByTheAgreementFailsAndItsSlotComesBack) {
+  everyone_submits(allreduce("x"));
+  agreement_.held[0] = {1};  // set rank 1 submitted x through the agreement
+  loop_.submit_local({allreduce("y")}, now_);
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("y")}, {}}), now_);
+  loop_.inspect(now_);
+  loop_.inspect(now_ + milliseconds{1100});
+  EXPECT_FALSE(loop_.failure()) << loop_.failure()->reason;
+  CoordinatorLoop::Dispatch given_up = commit(loop_.dispatch(now_ + milliseconds{1100}));
+  ASSERT_EQ(given_up.responses.size(), 2u);
+  std::set<std::string> names;
+  for (const Response& response : given_up.responses) {
+    names.insert(response.names.at(0));
+    EXPECT_TRUE(contains(response.error, "the ranks diverged")) << response.error;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"x", "y"}));
+  EXPECT_TRUE(agreement_.diverted.empty()) << "the slot is the agreement's again";
+  EXPECT_EQ(agreement_.undiverted, std::set<uint32_t>{0});
 }
 
 TEST_F(CoordinatorLoopWithLane, AMismatchingRequestOfACachedNameTakesItsSlotBack) {

@@ -89,6 +89,7 @@ TEST_F(StallInspectorTest, ShutdownTimeFailsTheSetNamingTheMissingRanks) {
   StallReport report = inspector.inspect(at(2500), pending());
   ASSERT_TRUE(report.failure);
   EXPECT_EQ(report.failure->missing, std::vector<int>{5});
+  EXPECT_FALSE(report.failure->diverged) << "a missing rank fails the set";
   EXPECT_TRUE(contains(report.failure->reason, "global rank(s) [5] did not submit 'grad' within 2.5 s"))
       << report.failure->reason;
   EXPECT_TRUE(contains(report.failure->reason, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")) << report.failure->reason;
@@ -120,6 +121,7 @@ TEST_F(StallInspectorTest, ARankWaitingOnAnotherOpIsNotMissing) {
   ASSERT_TRUE(report.failure);
   const std::string& reason = report.failure->reason;
   EXPECT_TRUE(report.failure->missing.empty()) << reason;
+  EXPECT_TRUE(report.failure->diverged) << "diverged members' ops fail alone";
   EXPECT_TRUE(contains(reason, "the ranks diverged")) << reason;
   EXPECT_TRUE(contains(reason, "global rank 5 waits on broadcast 'b' (int64 [])")) << reason;
   EXPECT_TRUE(contains(reason, "global rank 2 waits on allreduce 'a' (float32 [4]), allreduce 'c' (float32 [1])"))
@@ -194,6 +196,7 @@ TEST_F(DivergenceTest, FailsAtTheOpTimeoutAsDivergenceWithNobodyMissing) {
   StallReport report = inspector.inspect(at(20'000), pending());
   ASSERT_TRUE(report.failure);
   EXPECT_TRUE(report.failure->missing.empty());
+  EXPECT_TRUE(report.failure->diverged);
   EXPECT_TRUE(contains(report.failure->reason, "the ranks diverged")) << report.failure->reason;
   EXPECT_TRUE(contains(report.failure->reason, "within 20 s (HORA_OP_TIMEOUT_SECONDS)")) << report.failure->reason;
   EXPECT_TRUE(contains(report.failure->reason, "global rank 5 waits on allreduce 'Loss' (float32 [4])"))
@@ -215,6 +218,7 @@ TEST_F(DivergenceTest, FailsAfterTheDivergenceTimeoutWhenNothingChanges) {
   ASSERT_TRUE(failure);
   EXPECT_EQ(failed_at, 69'000);  // first seen diverged at 9 s, an inspection interval before the warning
   EXPECT_TRUE(failure->missing.empty());
+  EXPECT_TRUE(failure->diverged);
   EXPECT_TRUE(contains(failure->reason, "the ranks diverged: each waits on an op the others have not submitted, "
                                         "and nothing was submitted or finished for 60 s "
                                         "(HORA_DIVERGENCE_TIMEOUT_SECONDS: 60 s)"))

@@ -1,6 +1,7 @@
 """Ranks that wait on different ops are reported as diverged: the stall
 warning (sooner than for a merely slow rank) and the final error name the op
-each rank waits on, and call no live rank missing. Short limits set here;
+each rank waits on, and call no live rank missing. Those ops fail alone: the
+set runs the ops the ranks agree on next. Short limits set here;
 docs/fault_tolerance.md gives the defaults."""
 
 import os
@@ -34,9 +35,16 @@ def expected_waits(mode, np):
     return {r: "broadcast 'state' (int64 [3])" if r == 0 else "allreduce 'grad' (float32 [4])" for r in range(np)}
 
 
+def assert_the_set_goes_on(results, np):
+    total = sum(range(1, np + 1))
+    for rank in range(np):
+        assert results[rank]["error_type"] == "MismatchError", results[rank]
+        assert results[rank]["after"] == [total, total], results[rank]
+
+
 @pytest.mark.parametrize("np", [2, 4])
 @pytest.mark.parametrize("mode", ["typo", "kinds"])
-def test_diverged_ranks_are_named_with_the_op_each_waits_on(mode, np):
+def test_diverged_ranks_are_named_with_the_op_each_waits_on_and_the_set_goes_on(mode, np):
     run, results = run_diverged(mode, np)
     set_text = f"process set 0 {list(range(np))}"
     waits = expected_waits(mode, np)
@@ -50,14 +58,15 @@ def test_diverged_ranks_are_named_with_the_op_each_waits_on(mode, np):
     for rank in range(np):
         error = results[rank]["error"]
         assert error is not None, results[rank]
-        assert f"{set_text} is broken: the ranks diverged" in error, error
+        assert f"{waits[rank]} on {set_text} failed: the ranks diverged" in error, error
         assert f"within {OP_TIMEOUT_SECONDS} s (HORA_OP_TIMEOUT_SECONDS)" in error, error
         for other, op in waits.items():
             assert f"global rank {other} waits on {op}" in error, error
         assert "missing" not in error, error
+    assert_the_set_goes_on(results, np)
 
 
-def test_diverged_ranks_that_stay_so_fail_at_the_divergence_timeout():
+def test_ops_of_diverged_ranks_that_stay_so_fail_at_the_divergence_timeout():
     # The op timeout is ten minutes: nothing but the divergence timeout can
     # end this within the test's two.
     limits = {"HORA_OP_TIMEOUT_SECONDS": "600", "HOROVOD_STALL_CHECK_TIME_SECONDS": "1",
@@ -66,7 +75,8 @@ def test_diverged_ranks_that_stay_so_fail_at_the_divergence_timeout():
     for rank in range(2):
         error = results[rank]["error"]
         assert error is not None, results[rank]
-        assert ("process set 0 [0, 1] is broken: the ranks diverged: each waits on an op the others have not "
-                "submitted, and nothing was submitted or finished for 2") in error, error
+        assert (f"{expected_waits('typo', 2)[rank]} on process set 0 [0, 1] failed: the ranks diverged: each waits on "
+                "an op the others have not submitted, and nothing was submitted or finished for 2") in error, error
         assert "(HORA_DIVERGENCE_TIMEOUT_SECONDS: 2 s)" in error, error
         assert "global rank 1 waits on allreduce 'Loss' (float32 [4])" in error, error
+    assert_the_set_goes_on(results, 2)

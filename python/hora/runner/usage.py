@@ -21,8 +21,8 @@ ENVIRONMENT = [
     ("HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
      "fail the set once an op waits this long for members (0: only the op timeout)", "0"),
     ("HORA_DIVERGENCE_TIMEOUT_SECONDS", None,
-     "fail a set whose ranks diverged once nothing was submitted or finished for this long (0: only the op "
-     "timeout)", "60"),
+     "fail the ops of ranks that diverged once nothing was submitted or finished for this long (the set goes "
+     "on; 0: only the op timeout)", "60"),
     ("HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "bytes of small allreduces packed into one",
      "67108864"),
     ("HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "response-cache slots per set (0 disables)", "1024"),

@@ -4,7 +4,9 @@ submit. Run on 2 or 4 ranks:
     diverge.py typo     the last rank allreduces 'Loss', the others 'loss'
     diverge.py kinds    rank 0 broadcasts 'state', the others allreduce 'grad'
 
-Every rank prints ``RESULT <json>`` with the PeerFailureError's text.
+The op each rank waits on fails alone (MismatchError); then every rank
+allreduces 'after', which the set still runs. Every rank prints
+``RESULT <json>`` with the error's type and text and the sum it got.
 """
 
 import json
@@ -13,7 +15,7 @@ import sys
 import numpy as np
 
 import hora.numpy as hvd
-from hora.errors import PeerFailureError
+from hora.errors import HoraError
 
 mode = sys.argv[1]
 hvd.init()
@@ -28,6 +30,7 @@ try:
     else:
         hvd.allreduce(x, name="grad")
     result["error"] = None
-except PeerFailureError as error:
-    result["error"] = str(error)
+except HoraError as error:
+    result["error"], result["error_type"] = str(error), type(error).__name__
+result["after"] = hvd.allreduce(np.full(2, me + 1, dtype=np.float32), name="after", op=hvd.Sum).tolist()
 print("RESULT " + json.dumps(result), flush=True)
