@@ -39,6 +39,10 @@ struct RuntimeConfig {
   // submitted) and stay so, nothing submitted or finished, fail the set
   // after this (0: only the timeout fails them).
   std::chrono::milliseconds divergence_timeout{60'000};
+  // A control connection to a peer that gets no answer from its host, not
+  // even TCP's acknowledgement of a keepalive probe, for this long is
+  // declared dead, naming the peer as unreachable (0: only the op timeout).
+  std::chrono::milliseconds link_timeout{15'000};
   // How many Runtimes this process started before this one (the bindings
   // count them). Each keeps its rendezvous keys under its own prefix, so
   // that a job can shut down and init again; every rank must do so alike.

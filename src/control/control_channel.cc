@@ -9,6 +9,7 @@
 #include "hora/errors.h"
 #include "net/codec.h"
 #include "store/cancellable_wait.h"
+#include "util/durations.h"
 #include "util/log.h"
 
 namespace hora::control {
@@ -34,8 +35,10 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
                                                         int rank, const std::string& set_name,
                                                         const std::string& hostname, Store& store,
                                                         std::chrono::milliseconds timeout,
-                                                        const std::atomic<bool>& cancelled) {
+                                                        const std::atomic<bool>& cancelled,
+                                                        std::chrono::milliseconds link_timeout) {
   std::unique_ptr<ControlChannel> channel(new ControlChannel(global_ranks, rank, set_name, timeout));
+  channel->link_timeout_ = link_timeout;
   const auto deadline = Clock::now() + timeout;
   if (global_ranks.size() == 1) return channel;
   if (rank == 0) {
@@ -217,6 +220,8 @@ void ControlChannel::add_link(int rank, net::Socket socket) {
   auto link = std::make_unique<Link>();
   link->rank = rank;
   link->socket = std::move(socket);
+  net::watch_liveness(link->socket.fd(), link_timeout_);
+  link->address = net::peer_address(link->socket.fd());
   links_[rank] = std::move(link);
 }
 
@@ -286,7 +291,7 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
 void ControlChannel::drain(Link& link) {
   uint8_t chunk[64 * 1024];
   while (!link.closed) {
-    const std::optional<size_t> got = link.socket.recv_available(chunk, sizeof(chunk));
+    const std::optional<size_t> got = link.socket.recv_available(chunk, sizeof(chunk), &link.error);
     if (!got) {
       link.closed = true;  // EOF, or a reset connection
     } else if (*got == 0) {
@@ -295,6 +300,21 @@ void ControlChannel::drain(Link& link) {
       link.frames.append({chunk, *got});
     }
   }
+}
+
+// The link's peer address unless it is this host's loopback.
+std::string ControlChannel::remote_address(const Link& link) const {
+  const std::string& a = link.address;
+  const bool loopback = a.rfind("127.", 0) == 0 || a == "::1" || a.rfind("::ffff:127.", 0) == 0;
+  return loopback ? "" : a;
+}
+
+// Why a closed link is the peer's host going silent, or "".
+std::string ControlChannel::unreachable_text(const Link& link) const {
+  if (link.error != ETIMEDOUT) return "";
+  const std::string address = link.address.empty() ? "its host" : link.address;
+  return "no answer from " + address + " for " + seconds_text(link_timeout_) +
+         " (HORA_LINK_TIMEOUT_SECONDS): its host is down or the network to it is cut";
 }
 
 std::optional<ControlMessage> ControlChannel::pop_frame() {
@@ -314,7 +334,7 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (link->closed && !link->closure_reported) {
       link->closure_reported = true;
       next_link_ = index + 1;
-      return ControlMessage{link->rank, {}, true};
+      return ControlMessage{link->rank, {}, true, unreachable_text(*link), remote_address(*link)};
     }
   }
   return std::nullopt;

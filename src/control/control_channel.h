@@ -58,7 +58,8 @@ class ControlChannel final : public ControlPlane {
                                                  const std::string& set_name,
                                                  const std::string& hostname, Store& store,
                                                  std::chrono::milliseconds timeout,
-                                                 const std::atomic<bool>& cancelled);
+                                                 const std::atomic<bool>& cancelled,
+                                                 std::chrono::milliseconds link_timeout = {});
   ~ControlChannel() override;
 
   void send(int to, const std::vector<uint8_t>& bytes) override;
@@ -76,6 +77,8 @@ class ControlChannel final : public ControlPlane {
     net::Socket socket;
     std::mutex send_mutex;          // serialises writers of whole frames
     net::FrameReader frames;        // bytes read but not yet returned
+    std::string address;            // the peer's numeric address
+    int error = 0;                  // the errno that broke it (0: EOF)
     bool closed = false;            // EOF or error seen (engine thread only)
     bool closure_reported = false;  // receive() has returned the closure
   };
@@ -102,11 +105,14 @@ class ControlChannel final : public ControlPlane {
   // Reads everything the socket has now.
   void drain(Link& link);
   std::string peer_name(int rank) const;
+  std::string unreachable_text(const Link& link) const;
+  std::string remote_address(const Link& link) const;
 
   const std::vector<int> global_ranks_;
   const int rank_;
   const std::string set_name_;
   const std::chrono::milliseconds send_timeout_;
+  std::chrono::milliseconds link_timeout_{0};  // net::watch_liveness; 0: off
   std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
   net::Wakeup wakeup_;
   size_t next_link_ = 0;

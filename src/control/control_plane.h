@@ -21,6 +21,11 @@ struct ControlMessage {
   int from = -1;  // sender's rank within the set
   std::vector<uint8_t> bytes;
   bool closed = false;
+  // A closure that is the peer's host going silent: why, naming its address
+  // ("no answer from 10.0.0.2 for 15 s ..."); empty for an ordinary closure.
+  std::string unreachable;
+  // The peer's address where it is on another host ("10.0.0.2"), else "".
+  std::string address;
 };
 
 // A star between set rank 0 (the coordinator) and every other member.

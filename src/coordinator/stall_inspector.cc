@@ -4,6 +4,7 @@
 #include <map>
 
 #include "hora/process_set.h"
+#include "util/durations.h"
 
 namespace hora {
 namespace {
@@ -11,12 +12,6 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr size_t kMaxNamesPerRank = 8;
-
-std::string seconds_text(milliseconds duration) {
-  const long long ms = duration.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
-}
 
 std::string quoted_names(const std::vector<std::string>& names) {
   std::string out;

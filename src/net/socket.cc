@@ -207,12 +207,13 @@ void Socket::recv_exact(void* out, size_t n, Clock::time_point deadline, const s
   }
 }
 
-std::optional<size_t> Socket::recv_available(void* out, size_t n) {
+std::optional<size_t> Socket::recv_available(void* out, size_t n, int* error) {
   for (;;) {
     const ssize_t got = recv(fd_, out, n, MSG_DONTWAIT);
     if (got > 0) return static_cast<size_t>(got);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (error) *error = got < 0 ? errno : 0;
     return std::nullopt;  // the end of the stream, or a reset connection
   }
 }
@@ -332,6 +333,28 @@ void keep_alive(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   set_no_delay(fd);
+}
+
+void watch_liveness(int fd, std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return;
+  const int on = 1, idle = 1, interval = 1;
+  const int count = static_cast<int>(std::max<int64_t>(1, timeout.count() / 1000));
+  const unsigned user_timeout = static_cast<unsigned>(std::min<int64_t>(timeout.count(), 1'000'000'000));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0)
+    return "";
+  return host;
 }
 
 void set_nonblocking(int fd) {

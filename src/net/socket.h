@@ -66,8 +66,9 @@ class Socket {
   // connection ends or breaks first, Timeout when the deadline passes.
   void recv_exact(void* out, size_t n, Clock::time_point deadline, const std::string& peer);
   // Reads what has arrived, without waiting: the bytes read (0 when none
-  // are waiting), or nullopt once the connection has ended or broken.
-  std::optional<size_t> recv_available(void* out, size_t n);
+  // are waiting), or nullopt once the connection has ended or broken
+  // (`error`, if given, gets the errno of a broken one, 0 at its end).
+  std::optional<size_t> recv_available(void* out, size_t n, int* error = nullptr);
 
  private:
   int fd_ = -1;
@@ -124,6 +125,14 @@ std::pair<std::string, int> split_address(const std::string& address);
 // keepalive that notices a peer whose host vanished within about two
 // minutes (60 s idle, then 6 probes 10 s apart).
 void keep_alive(int fd);
+// For a connection between ranks, which may cross hosts: the kernel probes
+// an idle connection every second, and a connection whose peer's host
+// answers nothing for `timeout` (no acknowledgement of data or of a probe)
+// breaks with ETIMEDOUT. A live peer's kernel answers even while its
+// process computes or is stopped. Zero: nothing set.
+void watch_liveness(int fd, std::chrono::milliseconds timeout);
+// The peer's numeric address ("10.0.0.2", "::1"), or "" when unknown.
+std::string peer_address(int fd);
 // O_NONBLOCK on `fd` (for an event loop's descriptors).
 void set_nonblocking(int fd);
 

@@ -102,6 +102,7 @@ PlannerOptions planner_options(const RuntimeConfig& config) {
   if (config.size > 1)
     options.shm = ShmOptions{config.shm, config.shm_slot_bytes, config.host_identity, config.local_size, config.size};
   options.hostname = config.hostname;
+  options.link_timeout = config.link_timeout;
   return options;
 }
 
@@ -238,7 +239,7 @@ std::unique_ptr<ControlPlane> TransportPlanner::network_control(const std::vecto
                                                                 const std::atomic<bool>& cancelled) const {
   if (in_process_) return control::InProcessControlPlane::connect(global_ranks, rank, store, timeout, cancelled);
   return control::ControlChannel::connect(global_ranks, rank, describe_set(global_ranks), options_.hostname, store,
-                                          timeout, cancelled);
+                                          timeout, cancelled, options_.link_timeout);
 }
 
 std::unique_ptr<TransportPlanner> make_transport_planner(std::unique_ptr<BackendFactory> network,

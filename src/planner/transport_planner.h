@@ -49,6 +49,9 @@ struct PlannerOptions {
   std::optional<ShmOptions> shm;
   // Where the TCP control plane listens.
   std::string hostname = "127.0.0.1";
+  // Its connections to a host that answers nothing for this long break
+  // (net::watch_liveness; 0: never).
+  std::chrono::milliseconds link_timeout{0};
 };
 
 // The options a job's RuntimeConfig asks for: shared memory for a job of

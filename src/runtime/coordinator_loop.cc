@@ -43,8 +43,12 @@ void CoordinatorLoop::on_message(const ControlMessage& message, Clock::time_poin
   if (message.closed) {
     closed_[message.from] = true;
     if (failure_ && failure_->left) return;  // it said goodbye first
-    failure_ = SetFailure{"the control connection to " + who + " closed (its process exited or shut the set down)",
-                          {message.from}, false, false};
+    const std::string at = message.address.empty() ? "" : " (at " + message.address + ")";
+    const std::string reason = message.unreachable.empty()
+                                   ? "the control connection to " + who + at +
+                                         " closed (its process exited or shut the set down)"
+                                   : who + " is unreachable: " + message.unreachable;
+    failure_ = SetFailure{reason, {message.from}, false, false};
     return;
   }
   switch (control_kind(message.bytes)) {

@@ -32,9 +32,12 @@ std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
   const std::string coordinator = "global rank " + std::to_string(options_.global_ranks[0]);
   if (message.closed) {
     if (failure_ && failure_->left) return {};  // it said goodbye first
-    failure_ = SetFailure{"the control connection to the coordinator, " + coordinator +
-                              ", closed (its process exited or shut the set down)",
-                          {0}, false, false};
+    const std::string reason = message.unreachable.empty()
+                                   ? "the control connection to the coordinator, " + coordinator +
+                                         (message.address.empty() ? "" : " (at " + message.address + ")") +
+                                         ", closed (its process exited or shut the set down)"
+                                   : "the coordinator, " + coordinator + ", is unreachable: " + message.unreachable;
+    failure_ = SetFailure{reason, {0}, false, false};
     return {};
   }
   switch (control_kind(message.bytes)) {

@@ -151,6 +151,7 @@ RuntimeConfig runtime_config_from_env() {
   c.stall_shutdown_time =
       millis(read_seconds({"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}, 0));
   c.divergence_timeout = millis(read_seconds({"HORA_DIVERGENCE_TIMEOUT_SECONDS"}, 60));
+  c.link_timeout = millis(read_seconds({"HORA_LINK_TIMEOUT_SECONDS"}, 15));
   const long long round = read_int({"HORA_ELASTIC_ROUND"}, -1);
   if (round < -1 || round >= kMaxElasticRounds)
     throw InvalidArgument("HORA_ELASTIC_ROUND=" + std::to_string(round) + " is outside 0.." +

@@ -129,3 +129,114 @@ def test_mpirun_passes_the_agent_to_open_mpi():
     assert cmd[cmd.index("plm_rsh_agent") + 1] == "env ARG=1"
     with pytest.raises(mpi_run.LauncherOptionError, match="--launch-agent is not supported"):
         mpi_run.mpirun_command(args, "mpiexec", "mpich", {}, is_root=False)
+
+
+# --- faults between hosts: a cut link, a host's ranks killed, a slow link ----
+
+FAULTS = os.path.join(WORKERS, "cluster_faults.py")
+# Only a link's silence can fail the global set within the test's time.
+FAULT_LIMITS = {"HORA_LINK_TIMEOUT_SECONDS": "3", "HORA_OP_TIMEOUT_SECONDS": "300"}
+
+
+def _results(stdout):
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("[") and "]:RESULT " in line:
+            result = json.loads(line.split("]:RESULT ", 1)[1])
+            found[result["rank"]] = result
+    return found
+
+
+def _run_with_fault(hosts, fault, cluster_env=CLUSTER_ENV, steps=100000, elements=4):
+    """Runs cluster_faults.py on 2 + 2 ranks; once rank 0 has run 20 steps,
+    calls fault() (None: no fault). Returns (exit code, stdout, stderr)."""
+    cmd = [sys.executable, "-m", "hora.runner", "--keep-going", "--launch-agent", f"{CLUSTER} exec",
+           "-H", f"{hosts[0]}:2,{hosts[1]}:2", "-np", "4", sys.executable, FAULTS, str(steps), str(elements)]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                           env=dict(cluster_env, **FAULT_LIMITS))
+    out = []
+    try:
+        for line in job.stdout:
+            out.append(line)
+            if fault is not None and line.strip() == "[0]:STEP 20":
+                fault()
+                fault = None
+        stdout, stderr = "".join(out), job.stderr.read()
+        job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    return job.returncode, stdout, stderr
+
+
+def _assert_hosts_sets_trained_on(results, text):
+    for rank, result in results.items():
+        assert result["local_right"], (rank, result, text)
+        assert result["steps_after_failure"] == 20, (rank, result, text)
+
+
+def test_a_cut_link_fails_only_the_sets_across_it_naming_the_lost_hosts(hosts):
+    def cut():
+        _cluster("link", hosts[1], "down")
+
+    try:
+        code, stdout, stderr = _run_with_fault(hosts, cut)
+    finally:
+        _cluster("link", hosts[1], "up")
+    text = f"exit {code}\nstdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-6000:]}"
+    results = _results(stdout)
+    assert sorted(results) == [0, 1, 2, 3], text
+    _assert_hosts_sets_trained_on(results, text)
+    for rank, result in results.items():
+        assert result["error_type"] == "PeerFailureError", text
+        other = "10.232.0.2" if rank < 2 else "10.232.0.1"
+        assert f"is unreachable: no answer from {other} for 3 s (HORA_LINK_TIMEOUT_SECONDS)" in result["error"], text
+    assert code == 1, text
+    assert stderr.splitlines()[-1] == (
+        f"horarun: no rank failed on its own: hosts {hosts[0]} (ranks 0, 1) and {hosts[1]} (ranks 2, 3) lost each "
+        "other: no answer for 3 s (HORA_LINK_TIMEOUT_SECONDS): a host is down or the network between the hosts is "
+        "cut"), text
+
+
+def test_a_hosts_ranks_killed_at_once_fail_only_the_sets_across_it(hosts):
+    def kill_host():
+        pids = subprocess.run(["ip", "netns", "pids", hosts[1]], capture_output=True, text=True, check=True)
+        for pid in pids.stdout.split():
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+
+    code, stdout, stderr = _run_with_fault(hosts, kill_host)
+    text = f"exit {code}\nstdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-6000:]}"
+    results = _results(stdout)
+    assert sorted(results) == [0, 1], text
+    _assert_hosts_sets_trained_on(results, text)
+    for result in results.values():
+        assert result["error_type"] == "PeerFailureError", text
+        assert "(at 10.232.0.2) closed (its process exited" in result["error"], text
+    assert stderr.splitlines()[-1] == (
+        f"horarun: every rank on host {hosts[1]} (ranks 2, 3) failed: killed by signal 9 (SIGKILL)"), text
+
+
+def test_a_slow_link_fails_nothing():
+    why = _why_no_cluster()
+    if why:
+        pytest.skip(why)
+    slow_env = dict(os.environ, HORA_CLUSTER="horas", HORA_CLUSTER_SUBNET="10.233.0")
+    made = subprocess.run([CLUSTER, "up", "2", "100mbit"], capture_output=True, text=True, env=slow_env,
+                          timeout=60, check=True)
+    try:
+        # 1 MiB a step each way between the hosts: about 0.1 s a step at 100 Mbit/s.
+        code, stdout, stderr = _run_with_fault(made.stdout.split(), None, cluster_env=slow_env, steps=30,
+                                               elements=1 << 18)
+    finally:
+        subprocess.run([CLUSTER, "down"], capture_output=True, text=True, env=slow_env, timeout=60)
+    text = f"exit {code}\nstdout:\n{stdout[-4000:]}\nstderr:\n{stderr[-6000:]}"
+    results = _results(stdout)
+    assert code == 0, text
+    assert sorted(results) == [0, 1, 2, 3], text
+    for result in results.values():
+        assert result["error"] is None and result["global_right"] and result["local_right"], text
+        assert result["local_steps"] == 30, text

@@ -75,11 +75,11 @@ PEER = ("hora.errors.PeerFailureError: process set {set} is broken; missing glob
         "the control connection to global rank {missing} closed")
 
 
-def outcome(rank, code, exited_at, lines=(), read_at=None, signalled_at=None):
+def outcome(rank, code, exited_at, lines=(), read_at=None, signalled_at=None, host=None):
     tail = failures.StderrTail()
     for line in lines:
         tail.add(line.encode() + b"\n", exited_at if read_at is None else read_at)
-    return failures.RankOutcome(rank, code, exited_at, signalled_at, tail)
+    return failures.RankOutcome(rank, code, exited_at, signalled_at, tail, host)
 
 
 def peer_failure(rank, exited_at, missing, set_text="0 [0, 1, 2, 3]"):
@@ -156,3 +156,52 @@ def test_an_error_raised_from_a_peer_failure_is_a_consequence():
     lines = summary.lines(keep_going=False)
     assert lines[-1] == "rank 1 exited with code 1 (the first rank to fail): OSError: disk full"
     assert lines[-2].startswith("rank 0 failed because of rank 1: hora.errors.PeerFailureError: process set 1")
+
+
+# --- hosts: a link cut, a host's ranks killed ---------------------------------
+
+UNREACHABLE = ("hora.errors.PeerFailureError: process set 0 [0, 1, 2, 3, 4, 5] is broken; missing global rank(s) "
+               "[{missing}]: global rank {missing} is unreachable: no answer from 10.0.0.{host} for 3 s "
+               "(HORA_LINK_TIMEOUT_SECONDS): its host is down or the network to it is cut")
+COORDINATOR_UNREACHABLE = ("hora.errors.PeerFailureError: process set 0 [0, 1, 2, 3, 4, 5] is broken; missing "
+                           "global rank(s) [0]: the coordinator, global rank 0, is unreachable: no answer from "
+                           "10.0.0.1 for 3 s (HORA_LINK_TIMEOUT_SECONDS): its host is down or the network to it "
+                           "is cut")
+
+
+def on_host(rank, host, line, exited_at=1.0):
+    return outcome(rank, 1, exited_at, TRACEBACK + [line], host=host)
+
+
+def test_two_hosts_that_lost_each_other_are_named_with_their_ranks():
+    summary = failures.Summary([
+        on_host(0, "a", UNREACHABLE.format(missing=2, host=2)), on_host(1, "a", UNREACHABLE.format(missing=2, host=2)),
+        on_host(2, "b", COORDINATOR_UNREACHABLE), on_host(3, "b", COORDINATOR_UNREACHABLE)])
+    lines = summary.lines(keep_going=True)
+    assert lines[-1] == ("no rank failed on its own: hosts a (ranks 0, 1) and b (ranks 2, 3) lost each other: no "
+                         "answer for 3 s (HORA_LINK_TIMEOUT_SECONDS): a host is down or the network between the "
+                         "hosts is cut")
+    assert "rank 2 exited with code 1: PeerFailureError because of rank 0 (in process set 0 [0, 1, 2, 3, 4, 5])" in lines
+
+
+def test_the_host_cut_off_from_the_others_is_named():
+    # Hosts a and b each lost c's ranks; c's ranks lost the coordinator on a.
+    cut = UNREACHABLE.format(missing=4, host=3)
+    summary = failures.Summary([
+        on_host(0, "a", cut), on_host(1, "a", cut), on_host(2, "b", cut), on_host(3, "b", cut),
+        on_host(4, "c", COORDINATOR_UNREACHABLE), on_host(5, "c", COORDINATOR_UNREACHABLE)])
+    assert summary.lines(keep_going=False)[-1] == (
+        "no rank failed on its own: host c (ranks 4, 5) became unreachable from a (ranks 0, 1), b (ranks 2, 3): no "
+        "answer for 3 s (HORA_LINK_TIMEOUT_SECONDS): a host is down or the network between the hosts is cut")
+
+
+def test_every_rank_of_a_host_killed_is_one_cause():
+    summary = failures.Summary([
+        on_host(0, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0),
+        on_host(1, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0),
+        outcome(2, -9, 1.0, host="b"), outcome(3, -9, 1.1, host="b")])
+    assert summary.lines(keep_going=True)[-1] == "every rank on host b (ranks 2, 3) failed: killed by signal 9 (SIGKILL)"
+    # One rank of two killed is that rank's failure, as before.
+    one = failures.Summary([outcome(2, -9, 1.0, host="b"), outcome(3, 0, 1.1, host="b"),
+                            on_host(0, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0)])
+    assert one.lines(keep_going=True)[-1] == "rank 2 killed by signal 9 (SIGKILL) (the first rank to fail)"

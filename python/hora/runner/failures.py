@@ -19,7 +19,9 @@ was read or, without one, the time it exited; timing alone would often
 blame a survivor, which can exit before the rank that crashed has finished
 its own shutdown. When no rank failed on its own, the ranks that the
 PeerFailureErrors name as missing, or that the TimeoutErrors name as not
-having called hvd.init() (or add_process_set), are reported instead.
+having called hvd.init() (or add_process_set), are reported instead; where
+the errors say that ranks became unreachable (their hosts answered nothing
+for HORA_LINK_TIMEOUT_SECONDS), the hosts that lost each other are.
 """
 
 import collections
@@ -40,6 +42,8 @@ SET_TEXT = re.compile(r"process set (\d+) \[([\d, ]*)\]")
 MISSING_RANKS = re.compile(r"missing global rank\(s\) \[([\d, ]*)\]")
 ABSENT_RANK = re.compile(r"global rank (\d+) has not called (hvd\.init\(\)|add_process_set\(\[[\d, ]*\]\))")
 ALIVE_TEXT = "(its process is alive)"
+# src/runtime/coordinator_loop.cc and member_loop.cc
+UNREACHABLE = re.compile(r"global rank (\d+),? is unreachable: no answer from \S+ for ([\d.]+ s)")
 
 
 class StderrTail:
@@ -64,6 +68,7 @@ class RankOutcome:
     exited_at: float             # time.monotonic() when it was reaped
     signalled_at: float = None   # when horarun first signalled it, if it did
     tail: StderrTail = dataclasses.field(default_factory=StderrTail)
+    host: str = None             # the host it ran on, where known
 
 
 @dataclasses.dataclass
@@ -77,6 +82,8 @@ class PeerFailure:
     missing: tuple = ()
     kind: str = "PeerFailureError"
     not_called: dict = dataclasses.field(default_factory=dict)
+    unreachable: tuple = ()      # ranks whose hosts answered nothing
+    silence: str = None          # for how long ("3 s")
 
     def set_text(self):
         if self.set_id is None:
@@ -122,6 +129,10 @@ def parse_peer_failure(error):
     missing = MISSING_RANKS.search(error)
     if missing:
         peer.missing = _ranks(missing.group(1))
+    unreachable = UNREACHABLE.findall(error)
+    if unreachable:
+        peer.unreachable = tuple(int(rank) for rank, _ in unreachable)
+        peer.silence = unreachable[0][1]
     return peer
 
 
@@ -339,12 +350,18 @@ class Summary:
 
     def _verdict(self):
         root = self.root
+        host_lost = self._host_lost()
+        if host_lost:
+            return host_lost
         if root is not None:
             error = f": {_short(root.error)}" if root.error else ""
             status = self._exit_text(root.rank)
             if root.outcome.signalled_at is not None:
                 status += " when horarun stopped it"
             return f"rank {root.rank} {status} (the first rank to fail){error}"
+        lost = self._lost_hosts()
+        if lost:
+            return "no rank failed on its own: " + lost
         missing = self.named_missing()
         if missing:
             return "no rank failed on its own: " + "; ".join(self._missing_clauses(missing))
@@ -366,6 +383,53 @@ class Summary:
             clauses.append(f"the others' PeerFailureError names {states}; it may have hung, ended early or "
                            "run different code")
         return clauses
+
+    def _host_lost(self):
+        """'every rank on host h (ranks 2, 3) failed: killed by signal 9
+        (SIGKILL)' when the first failure was one of a host's several ranks
+        and every rank there failed alike on its own, without horarun's
+        signal; else None."""
+        root = self.root
+        if root is None or root.outcome.host is None or root.outcome.signalled_at is not None:
+            return None
+        ranks = [r for r, o in self.outcomes.items() if o.host == root.outcome.host]
+        same = [self.failures.get(r) for r in ranks]
+        if len(ranks) < 2 or len(ranks) == len(self.outcomes):
+            return None
+        if any(f is None or f.kind != "cause" or f.outcome.code != root.outcome.code for f in same):
+            return None
+        return f"every rank on host {root.outcome.host} ({_rank_list(ranks)}) failed: {self._exit_text(root.rank)}"
+
+    def _lost_hosts(self):
+        """What the verdict says when errors name ranks whose hosts answered
+        nothing: the host cut off from the others, or hosts that lost each
+        other; None when no error says so."""
+        reports = [(f.rank, target, f.peer.silence) for f in self.failures.values() if f.peer
+                   for target in f.peer.unreachable]
+        if not reports:
+            return None
+        host = {rank: outcome.host or f"the host of rank {rank}" for rank, outcome in self.outcomes.items()}
+        silence = reports[0][2]
+        named_by = collections.defaultdict(set)   # host -> the other hosts that lost it
+        for reporter, target, _ in reports:
+            if host.get(reporter) != host.get(target):
+                named_by[host.get(target)].add(host.get(reporter))
+        if not named_by:
+            return None
+        involved = set(named_by) | set().union(*named_by.values())
+        most = max(len(reporters) for reporters in named_by.values())
+        cut = sorted(h for h, reporters in named_by.items() if len(reporters) == most)
+        why = (f"no answer for {silence} (HORA_LINK_TIMEOUT_SECONDS): a host is down or the network between "
+               "the hosts is cut")
+
+        def with_ranks(h):
+            return f"{h} ({_rank_list(r for r, name in host.items() if name == h)})"
+
+        if set(cut) == involved:
+            return f"hosts {' and '.join(with_ranks(h) for h in cut)} lost each other: {why}"
+        others = sorted(involved - set(cut))
+        return (f"host {', '.join(with_ranks(h) for h in cut)} became unreachable from "
+                f"{', '.join(with_ranks(h) for h in others)}: {why}")
 
     def _state(self, rank):
         outcome = self.outcomes.get(rank)

@@ -80,6 +80,7 @@ class RankProcess:
     def __init__(self, placement, argv, environ, exits, remote, on_start, output_dir=None,
                  timestamps=False, first_input=b""):
         self.rank = placement.rank
+        self.host = placement.host
         self.remote = remote
         self.stderr_tail = failures.StderrTail()
         self.exited_at = None
@@ -115,7 +116,7 @@ class RankProcess:
     def outcome(self):
         """The rank's failures.RankOutcome, once it has exited."""
         return failures.RankOutcome(self.rank, self.popen.returncode, self.exited_at,
-                                    self.signalled_at, self.stderr_tail)
+                                    self.signalled_at, self.stderr_tail, self.host)
 
     def send_signal(self, signum):
         """Sends `signum` to the rank's process group (for a remote rank, to

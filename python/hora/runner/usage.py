@@ -23,6 +23,9 @@ ENVIRONMENT = [
     ("HORA_DIVERGENCE_TIMEOUT_SECONDS", None,
      "fail the ops of ranks that diverged once nothing was submitted or finished for this long (the set goes "
      "on; 0: only the op timeout)", "60"),
+    ("HORA_LINK_TIMEOUT_SECONDS", None,
+     "a control connection to another host that gets no answer for this long breaks its set (0: only the op "
+     "timeout)", "15"),
     ("HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "bytes of small allreduces packed into one",
      "67108864"),
     ("HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "response-cache slots per set (0 disables)", "1024"),
