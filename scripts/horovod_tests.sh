@@ -99,12 +99,19 @@ if len(reports) != int(np):
 # Keras 3 removed.
 MUON = ("Muon only supports 2D parameters", "torch 2.13's Muon optimizer refuses the test model's 1-D parameters")
 REF = ("object has no attribute 'ref'", "Keras 3 variables have no ref(), by which the test keys gradients")
+PRODUCT_FP16 = ("from 4 ranks on, the test's float16 products of four values in [-100, 100] "
+                "overflow to inf in the result and in its reference alike, and inf - inf is nan, which fails its "
+                "comparison before the later dtypes run (at 2 or 3 ranks it asks for exact results and passes)"
 EXPECTED = {
     "torch": {"test_broadcast_state": MUON, "test_broadcast_state_options": MUON, "test_force_allreduce": MUON},
     "tensorflow": {
         "test_horovod_syncbn_cpu": ("passed to BatchNormalization: {'fused'",
                                     "Keras 3's BatchNormalization has no fused= (the test's reference layer uses it)"),
         "test_partial_distributed_gradient_tape": REF,
+        # At 4 ranks or more; they pass at 2 and 3.
+        "test_horovod_allreduce_product_cpu": ("hvd.allreduce produces incorrect results for product", PRODUCT_FP16),
+        "test_horovod_grouped_allreduce_product_cpu": ("hvd.grouped_allreduce produces incorrect results",
+                                                       PRODUCT_FP16),
     },
     "keras": {
         "test_broadcast_global_variables_callback_with_local_vars": REF,

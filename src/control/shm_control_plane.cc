@@ -2,6 +2,7 @@
 
 #include "hora/errors.h"
 #include "net/frames.h"
+#include "util/caller_waits.h"
 
 namespace hora::control {
 
@@ -62,11 +63,14 @@ bool ShmControlPlane::await_briefly() {
   const std::chrono::nanoseconds spin = member_->tuning.spin_engine;
   if (spin.count() <= 0) return false;
   std::lock_guard<std::mutex> lock(member_->rings.reader_mutex());
-  const auto until = Clock::now() + spin;
+  const auto start = Clock::now();
+  const auto until = start + spin, unwatched_until = start + kUnwatchedSpin;
   for (int i = 0;; ++i) {
     if (ready()) return true;
     shm::cpu_relax();
-    if ((i & 31) == 31 && Clock::now() >= until) return false;
+    if ((i & 31) != 31) continue;
+    const auto now = Clock::now();
+    if (now >= until || (now >= unwatched_until && !caller_waiting())) return false;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "hora/work.h"
 
 #include "hora/errors.h"
+#include "util/caller_waits.h"
 
 namespace hora {
 namespace {
@@ -42,6 +43,7 @@ bool Work::finished() const {
 }
 
 void Work::wait() const {
+  const CallerWaiting waiting;
   if (std::shared_ptr<WorkDriver> driver = driver_.lock(); driver && !finished()) driver->drive(*this);
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_; });

@@ -15,6 +15,7 @@
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_backend.h"
 #include "transport/shm/sync.h"
+#include "util/caller_waits.h"
 
 namespace hora {
 namespace {
@@ -181,6 +182,7 @@ TEST_F(MemberSeats, ACrowdedWaiterMovesOffTheCpuTheMemberItWaitsForNeeds) {
     CPU_SET(other, &two);
     ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);  // free to move, still on `cpu`
     const auto deadline = shm::Clock::now() + std::chrono::seconds(1);
+    const CallerWaiting caller;  // a caller waits on the op: the wait spins
     waited = bell.wait([&] { return ready.load(); }, [] {}, deadline, std::chrono::seconds(1),
                        [&] { return seats_[0].crowded([](int) { return true; }); });
   });
@@ -192,6 +194,46 @@ TEST_F(MemberSeats, ACrowdedWaiterMovesOffTheCpuTheMemberItWaitsForNeeds) {
   // left `cpu`, the scheduler may put the waiter back there at any time.
   EXPECT_TRUE(waited);
   EXPECT_TRUE(seen_elsewhere.load());
+}
+
+// A wait that no caller waits on (an op reduced while the rank computes)
+// sleeps after a few microseconds instead of spinning out its budget on a
+// core the rank's compute needs; while a caller waits, it spins. The waker
+// rings only once it has seen the waiter asleep (an unwatched wait) or not
+// at all (a watched one: the waiter must see `ready` by spinning).
+TEST(CallerWaits, AWaitNoCallerWaitsOnSleepsAtOnceAndAWatchedOneSpins) {
+  uint32_t word = 0, sleepers = 0;
+  shm::Doorbell bell(&word, &sleepers);
+  const auto budget = std::chrono::seconds(30);
+  const auto deadline = shm::Clock::now() + std::chrono::seconds(60);
+  {
+    ASSERT_FALSE(caller_waiting());
+    std::atomic<bool> ready{false};
+    std::thread waker([&] {
+      while (std::atomic_ref<uint32_t>(sleepers).load() == 0) std::this_thread::yield();
+      ready.store(true);
+      bell.ring();
+    });
+    const auto start = shm::Clock::now();
+    EXPECT_TRUE(bell.wait([&] { return ready.load(); }, [] {}, deadline, budget));
+    waker.join();
+    EXPECT_LT(shm::Clock::now() - start, budget) << "it spun its whole budget";
+  }
+  {
+    const CallerWaiting waiting;
+    EXPECT_TRUE(caller_waiting());
+    std::atomic<bool> ready{false};
+    std::atomic<bool> slept{false};
+    std::thread setter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      slept.store(std::atomic_ref<uint32_t>(sleepers).load() != 0);
+      ready.store(true);  // no ring: only a spinning waiter sees it
+    });
+    EXPECT_TRUE(bell.wait([&] { return ready.load(); }, [] {}, deadline, budget));
+    setter.join();
+    EXPECT_FALSE(slept.load()) << "a wait a caller waits on slept";
+  }
+  EXPECT_FALSE(caller_waiting());
 }
 
 }  // namespace

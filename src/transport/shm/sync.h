@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "util/caller_waits.h"
 #include "util/futex.h"
 #include "util/sleep_notice.h"
 
@@ -59,7 +61,8 @@ class Doorbell {
 
   void ring() const noexcept;
 
-  // Spins for about `spin`, then sleeps in rounds of at most
+  // Spins for about `spin` (while no caller waits for an op, only
+  // kUnwatchedSpin: util/caller_waits.h), then sleeps in rounds of at most
   // kLivenessInterval until ready() is true (returns true) or `deadline`
   // passes (returns false). Between rounds it calls idle(), which may
   // throw to end the wait.
@@ -75,13 +78,16 @@ class Doorbell {
   bool wait(Ready&& ready, Idle&& idle, Clock::time_point deadline, std::chrono::nanoseconds spin,
             Crowded&& crowded) const {
     if (spin.count() > 0) {
-      const auto spin_until = Clock::now() + spin;
+      const auto start = Clock::now();
+      const auto spin_until = start + spin;
+      const auto unwatched_until = start + std::min<std::chrono::nanoseconds>(spin, kUnwatchedSpin);
       int crowded_looks = 0;
       for (int i = 0;; ++i) {
         if (ready()) return true;
         cpu_relax();
         if ((i & 31) != 31) continue;
-        if (Clock::now() >= spin_until) break;
+        const auto now = Clock::now();
+        if (now >= spin_until || (now >= unwatched_until && !caller_waiting())) break;
         if (!crowded()) continue;
         if (++crowded_looks == kCrowdedLooksBeforeMove && move_off_this_cpu() >= 0) continue;
         sched_yield();
