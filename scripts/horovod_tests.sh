@@ -101,7 +101,7 @@ MUON = ("Muon only supports 2D parameters", "torch 2.13's Muon optimizer refuses
 REF = ("object has no attribute 'ref'", "Keras 3 variables have no ref(), by which the test keys gradients")
 PRODUCT_FP16 = ("from 4 ranks on, the test's float16 products of four values in [-100, 100] "
                 "overflow to inf in the result and in its reference alike, and inf - inf is nan, which fails its "
-                "comparison before the later dtypes run (at 2 or 3 ranks it asks for exact results and passes)"
+                "comparison before the later dtypes run (at 2 or 3 ranks it asks for exact results and passes)")
 EXPECTED = {
     "torch": {"test_broadcast_state": MUON, "test_broadcast_state_options": MUON, "test_force_allreduce": MUON},
     "tensorflow": {
