@@ -10,6 +10,7 @@ from hora.common import core_types as _types
 from hora.common.core_types import Adasum, Average
 from hora.common.process_sets import global_process_set
 from hora.torch import mpi_ops as _mpi_ops
+from hora.torch.buckets import Bucket, bucket_bytes, form_buckets
 from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from hora.torch.compression import Compression
 from hora.torch.functions import broadcast_object
@@ -53,8 +54,10 @@ class _DistributedOptimizer:
     this one's, so that, as in Horovod, ``super(type(opt), opt).step()`` is
     the wrapped optimizer's own step (``broadcast_optimizer_state`` and user
     code rely on that to step without communicating). Each parameter's hook
-    starts its gradient's allreduce as soon as backward has accumulated it
-    ``backward_passes_per_step`` times; ``synchronize()`` (called by
+    counts its gradient once backward has accumulated it
+    ``backward_passes_per_step`` times, and a bucket's allreduce (buckets.py;
+    or the parameter's own, without buckets, or its group's, with ``groups``)
+    starts once all of its gradients are in; ``synchronize()`` (called by
     ``step()``) waits for them and writes the averaged gradients back. Runs on
     the thread that calls backward and step."""
 
@@ -83,6 +86,8 @@ class _DistributedOptimizer:
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
+        self._bucket_bytes = bucket_bytes() if groups is None else 0
+        self._bucket_of = {}
         if self.process_set.included() and _basics.size() > 1:
             self._register_hooks()
 
@@ -100,12 +105,27 @@ class _DistributedOptimizer:
                         raise ValueError("A parameter can only appear once in groups.")
                     seen.add(id(p))
 
-    def _form_groups(self):
+    def _agreed_order(self):
+        """The parameters to reduce, in the order of the set's first rank."""
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        # Every member orders the parameters as the set's first rank does.
         names = broadcast_object([self._parameter_names.get(p) for p in params], root_rank=self.process_set.ranks[0],
                                  name="DistributedOptimizer.groups", process_set=self.process_set)
-        params.sort(key=lambda p: names.index(self._parameter_names.get(p)))
+        position = {name: i for i, name in enumerate(names)}
+        if sorted(position) != sorted(self._parameter_names.get(p) for p in params):
+            raise ValueError(f"DistributedOptimizer on process set {self.process_set.process_set_id}: the members "
+                             "do not have the same parameters (names from named_parameters differ from those of "
+                             f"global rank {self.process_set.ranks[0]})")
+        params.sort(key=lambda p: position[self._parameter_names.get(p)])
+        return params
+
+    def _form_buckets(self):
+        for bucket in form_buckets(self._agreed_order(), self._parameter_names, self._bucket_bytes):
+            for p in bucket.params:
+                self._bucket_of[p] = bucket
+
+    def _form_groups(self):
+        # Every member orders the parameters as the set's first rank does.
+        params = self._agreed_order()
         if isinstance(self._groups, list):
             ids = {id(p) for p in params}
             p_groups = [[p for p in group if id(p) in ids] for group in self._groups]
@@ -123,6 +143,8 @@ class _DistributedOptimizer:
     def _register_hooks(self):
         if self._groups is not None:
             self._form_groups()
+        elif self._bucket_bytes > 0:
+            self._form_buckets()
         for group in self.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
@@ -165,8 +187,36 @@ class _DistributedOptimizer:
                                                    process_set=self.process_set)
         return handle, ctxs
 
+    def _bucket_allreduce_async(self, bucket):
+        """Starts `bucket`'s allreduce (its parameter's own, in place, for a
+        bucket of one; its parameters' own where a gradient is sparse);
+        returns its handle entries {key: (handle, ctx)}."""
+        bucket.counted.clear()
+        if len(bucket.params) == 1 or not bucket.dense():
+            return {p: self._allreduce_grad_async(p) for p in bucket.params}
+        compressed, ctx = self._compression.compress(bucket.pack())
+        prescale, postscale = self._scale_factors()
+        handle = _mpi_ops.allreduce_async_(compressed, name=bucket.name, op=self.op, prescale_factor=prescale,
+                                           postscale_factor=postscale, process_set=self.process_set)
+        return {bucket: (handle, ctx)}
+
+    def _bucket_hook(self, p):
+        if self._allreduce_delay[p] <= 0:
+            raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                 "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                 "locally.")
+        self._allreduce_delay[p] -= 1
+        if self._allreduce_delay[p] > 0:
+            return
+        bucket = self._bucket_of[p]
+        bucket.counted.add(id(p))
+        if bucket.complete():
+            self._handles.update(self._bucket_allreduce_async(bucket))
+
     def _make_hook(self, p):
         def hook(*unused):
+            if p in self._bucket_of:
+                return self._bucket_hook(p)
             if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
                                      "call to step(). Increase backward_passes_per_step to accumulate gradients "
@@ -195,16 +245,27 @@ class _DistributedOptimizer:
         if not self.process_set.included():
             self._synchronized = True
             return
+        # Buckets backward did not complete start now, whole.
+        for bucket in {id(b): b for b in self._bucket_of.values()}.values():
+            if bucket not in self._handles and not any(p in self._handles for p in bucket.params):
+                self._handles.update(self._bucket_allreduce_async(bucket))
         done = set()
         for key in self._handles:
-            done.update(key) if isinstance(key, tuple) else done.add(key)
+            if isinstance(key, Bucket):
+                done.update(key.params)
+            else:
+                done.update(key) if isinstance(key, tuple) else done.add(key)
         for p in self._requires_update - done:
             self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         for key, (handle, ctx) in self._handles.items():
-            if isinstance(key, tuple):
+            if isinstance(key, Bucket):
+                key.unpack(self._compression.decompress(_mpi_ops.synchronize(handle), ctx))
+                for p in key.params:
+                    self._allreduce_delay[p] = self.backward_passes_per_step
+            elif isinstance(key, tuple):
                 for p, output, p_ctx in zip(key, _mpi_ops.synchronize(handle), ctx):
                     self._allreduce_delay[p] = self.backward_passes_per_step
                     p.grad.set_(self._compression.decompress(output, p_ctx))
@@ -268,6 +329,8 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
+        for bucket in self._bucket_of.values():
+            bucket.counted.clear()
         self._hora_base_class.load_state_dict(self, *args, **kwargs)
 
 

@@ -18,7 +18,7 @@ def test_collectives_and_their_gradients_on_every_set():
 
 def test_optimizer_functions_and_join_on_sets():
     result = run_torch_worker("parts.py", args=["training", "functions", "join"])
-    for stage in ("equivalence", "options", "sparse", "synchronize", "two tasks", "global join", "uneven batches",
+    for stage in ("equivalence", "options", "sparse", "buckets", "synchronize", "two tasks", "global join", "uneven batches",
                   "join twice", "numpy join", "set join"):
         assert result.stdout.count(f"{stage} ok") == 4, (stage, result.stdout)
     # broadcasts, objects and SyncBatchNorm on the global set and [0,2], [1,3], [1,2,3]

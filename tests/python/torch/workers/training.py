@@ -1,10 +1,11 @@
 """DistributedOptimizer on process sets: a set of 2 ranks, each with half of a
 batch, ends with the parameters one process reaches on the whole batch (also
-with backward_passes_per_step=2, groups, predivision, compression, op=Sum and
-sparse gradients); ranks outside the set train locally; two tasks on disjoint
+with backward_passes_per_step=2, groups, predivision, compression, op=Sum,
+sparse gradients, and gradient buckets of any size); ranks outside the set train locally; two tasks on disjoint
 sets train concurrently to the parameters they reach alone. Run on 4 ranks."""
 
 import copy
+import os
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +116,66 @@ if even.included():
         train(model, optimizer, *my_share(tokens, targets, even))
         assert_same(model, expected)
 print("sparse ok", flush=True)
+
+# Gradient buckets (hora/torch/buckets.py): one allreduce per parameter
+# (HORA_TORCH_BUCKET_MB=0), buckets of a few parameters, gradients that
+# arrive in another order on each member, a parameter without a gradient in
+# some steps, zero_grad(set_to_none=False): each as one process on the whole
+# batch. Plain SGD: a missing gradient is zeros here and skipped there.
+class TwoBranches(torch.nn.Module):
+    def __init__(self, seed, flip):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a, self.b, self.rare = (torch.nn.Linear(5, 2).double() for _ in range(3))
+        self.flip, self.use_rare = flip, False
+
+    def forward(self, x):
+        # Autograd runs the branch made last first: members that flip get
+        # their gradients in the other order.
+        out = self.b(x) + self.a(x) if self.flip else self.a(x) + self.b(x)
+        return out + self.rare(x) if self.use_rare else out
+
+
+def bucketed(ps, x, y, bucket_mb, flip, set_to_none=True, passes=1):
+    os.environ["HORA_TORCH_BUCKET_MB"] = bucket_mb
+    try:
+        model = TwoBranches(9, flip)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters(), process_set=ps,
+                                             backward_passes_per_step=passes)
+    finally:
+        del os.environ["HORA_TORCH_BUCKET_MB"]
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=set_to_none)
+        model.use_rare = step % 3 == 2
+        for xs, ys in zip(x.chunk(passes), y.chunk(passes)):
+            (F.mse_loss(model(xs), ys) / passes).backward()
+        optimizer.step()
+    return model
+
+
+x, y = batch(11, 16)
+whole = TwoBranches(9, False)
+plain_sgd = torch.optim.SGD(whole.parameters(), lr=0.1)
+for step in range(STEPS):
+    plain_sgd.zero_grad()
+    whole.use_rare = step % 3 == 2
+    F.mse_loss(whole(x), y).backward()
+    plain_sgd.step()
+if even.included():
+    flip = even.rank() == 1
+    for bucket_mb, set_to_none, passes in (("0", True, 1), ("0.0002", True, 1), ("25", True, 1),
+                                           ("25", False, 1), ("0.0002", True, 2)):
+        assert_same(bucketed(even, *my_share(x, y, even), bucket_mb, flip, set_to_none, passes), whole)
+    os.environ["HORA_TORCH_BUCKET_MB"] = "lots"
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(whole.parameters(), lr=0.1), process_set=even)
+        raise RuntimeError("HORA_TORCH_BUCKET_MB=lots was accepted")
+    except ValueError as e:
+        assert "HORA_TORCH_BUCKET_MB must be a number of MiB, got 'lots'" in str(e), e
+    finally:
+        del os.environ["HORA_TORCH_BUCKET_MB"]
+print("buckets ok", flush=True)
 
 # synchronize() + skip_synchronize(), and the misuse Horovod refuses.
 if odd.included():
