@@ -3,7 +3,8 @@ time, read from hora's per-set counters (hvd.metrics).
 
 The even ranks train a wide model, whose gradients are few and large (a
 1 MB weight matrix); the odd ranks train a deep, narrow one, whose
-gradients are many and small (34 tensors of at most 16 KB). On each set's
+gradients are many and small (34 tensors of at most 16 KB), each in an
+allreduce of its own (HORA_TORCH_BUCKET_MB=0). On each set's
 first rank a thread reads hvd.metrics(set) every 0.2 s; at the end the
 samples are gathered and each set's throughput over time, in GB/s and in
 ops/s, is drawn into set_throughput.png. Run from the repository root,
@@ -12,6 +13,7 @@ after `make demo` (--steps, or HORA_EXAMPLE_STEPS, shortens it):
     .venv/bin/horarun -np 4 .venv/bin/python examples/set_throughput.py
 """
 
+import os
 import threading
 import time
 
@@ -82,6 +84,10 @@ g = torch.Generator().manual_seed(hvd.rank())
 x = torch.randn(ROWS, FEATURES[task], generator=g)
 y = torch.sin(x[:, :8].sum(1, keepdim=True))
 model = model_of(task)
+# One allreduce per gradient, so that the op rates show the two shapes of
+# traffic; by default DistributedOptimizer packs the small gradients into
+# buckets, one allreduce each (docs/torch.md, "Gradient buckets").
+os.environ["HORA_TORCH_BUCKET_MB"] = "0"
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                      named_parameters=model.named_parameters(), process_set=my_set)
 sizes = [p.numel() * 4 for p in model.parameters()]  # each gradient's bytes (float32)

@@ -111,10 +111,15 @@ class _DistributedOptimizer:
         names = broadcast_object([self._parameter_names.get(p) for p in params], root_rank=self.process_set.ranks[0],
                                  name="DistributedOptimizer.groups", process_set=self.process_set)
         position = {name: i for i, name in enumerate(names)}
-        if sorted(position) != sorted(self._parameter_names.get(p) for p in params):
-            raise ValueError(f"DistributedOptimizer on process set {self.process_set.process_set_id}: the members "
-                             "do not have the same parameters (names from named_parameters differ from those of "
-                             f"global rank {self.process_set.ranks[0]})")
+        mine = {self._parameter_names.get(p) for p in params}
+        if set(position) != mine:
+            def listed(names):
+                names = sorted(names)
+                return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "") or "none"
+            raise ValueError(f"DistributedOptimizer on process set {self.process_set.process_set_id}: this member's "
+                             f"parameters differ from those of global rank {self.process_set.ranks[0]}, its first "
+                             f"member: only here: {listed(mine - set(position))}; only there: "
+                             f"{listed(set(position) - mine)}")
         params.sort(key=lambda p: position[self._parameter_names.get(p)])
         return params
 

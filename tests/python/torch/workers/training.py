@@ -167,6 +167,18 @@ if even.included():
     for bucket_mb, set_to_none, passes in (("0", True, 1), ("0.0002", True, 1), ("25", True, 1),
                                            ("25", False, 1), ("0.0002", True, 2)):
         assert_same(bucketed(even, *my_share(x, y, even), bucket_mb, flip, set_to_none, passes), whole)
+    # Members whose parameters differ: the others than the first say which.
+    model = TwoBranches(9, flip)
+    named = [(("c." + n[2:]) if n.startswith("b.") and even.rank() == 1 else n, p)
+             for n, p in model.named_parameters()]
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named,
+                                 process_set=even)
+        assert even.rank() == 0, "different parameter names were accepted"
+    except ValueError as e:
+        assert even.rank() == 1, e
+        assert ("this member's parameters differ from those of global rank 0, its first member: only here: "
+                "c.bias, c.weight; only there: b.bias, b.weight") in str(e), e
     os.environ["HORA_TORCH_BUCKET_MB"] = "lots"
     try:
         hvd.DistributedOptimizer(torch.optim.SGD(whole.parameters(), lr=0.1), process_set=even)
