@@ -212,6 +212,8 @@ std::vector<Response> Negotiator::abandon(const std::string& reason) {
     response.slots = {-1};
     response.error = head.describe() + " on process set " + std::to_string(options_.process_set_id) + " " +
                      ranks_string(options_.global_ranks) + " failed: " + reason;
+    for (int r = 0; r < size(); ++r)
+      if (it->second.seen[r]) response.sizes.push_back(r);
     out.push_back(std::move(response));
     it = table_.erase(it);
   }

@@ -60,8 +60,9 @@ class Negotiator {
   std::vector<Response> ready();
   // Gives up every op that waits for members: each becomes an error
   // response (`reason`, after the op's description) that fails it on the
-  // members that submitted it, and the negotiation of its name starts
-  // afresh. For diverged members, which can then agree on the ops after.
+  // members that submitted it, which it lists (sizes: set ranks), and the
+  // negotiation of its name starts afresh. For diverged members, which can
+  // then agree on the ops after.
   std::vector<Response> abandon(const std::string& reason);
   // Ops waiting for members; joined members are never missing.
   std::vector<PendingOp> pending() const;

@@ -43,6 +43,8 @@ struct Response {
   std::vector<std::string> names;
   std::string error;            // non-empty: the ops fail with a Mismatch
   std::vector<int64_t> sizes;   // allgather: first dims per member;
+                                // an op given up (error, Negotiator::abandon):
+                                // the set ranks that had submitted it;
                                 // alltoall: n*n rows, [sender * n + receiver];
                                 // join: {global rank of the member that joined last}
   std::vector<uint8_t> cache;   // per name: 1 = both sides store it in the

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -148,13 +149,21 @@ void Executor::run_cached(uint32_t slot) {
 void Executor::execute(Response response) {
   running_.clear();
   if (response.op == OpType::kJoin) return finish_join(response);
+  // An op given up (diverged members) lists the members whose submission
+  // it fails; another member's op of that name, submitted since, waits on.
+  const bool given_up = !response.error.empty() && !response.sizes.empty();
+  const bool mine = std::find(response.sizes.begin(), response.sizes.end(), options_.rank) != response.sizes.end();
   for (size_t i = 0; i < response.names.size(); ++i) {
     if (response.slots[i] >= 0) response.names[i] = cache_->request(static_cast<uint32_t>(response.slots[i])).name;
+    if (given_up && !mine) {
+      // Its unnamed ops keep the names the others give theirs.
+      joins_.stood_in(response.op, response.names[i]);
+      continue;
+    }
     std::optional<TensorEntry> own = queue_.try_take(response.names[i]);
     if (own) running_.push_back(std::move(*own));
     else if (response.error.empty()) running_.push_back(stand_in(response, i));
-    else if (joins_.joined()) stand_in(response, i);  // the op fails on the members that submitted it
-    // else: an op given up while this member had not submitted it (diverged members)
+    else stand_in(response, i);  // checks that this member has joined; the op fails on the others only
   }
   if (!response.error.empty()) {
     telemetry_.failed(response.op, response.names, response.error);

@@ -158,6 +158,9 @@ TEST_F(CoordinatorLoopTest, OpsOfDivergedMembersFailAloneAndTheSetGoesOn) {
         << response.error;
     EXPECT_TRUE(contains(response.error, "global rank 1 waits on allreduce 'a'")) << response.error;
     EXPECT_TRUE(contains(response.error, "global rank 3 waits on allreduce 'b'")) << response.error;
+    const std::vector<int64_t> submitters = response.names[0] == "a" ? std::vector<int64_t>{0}
+                                                                      : std::vector<int64_t>{1, 2};
+    EXPECT_EQ(response.sizes, submitters) << "it fails only these members' submissions of " << response.names[0];
   }
   EXPECT_EQ(decode_coordinator_message(given_up.bytes).responses.size(), 2u) << "every member hears of it";
 

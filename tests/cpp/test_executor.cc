@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "coordinator/response_cache.h"
 #include "coordinator/tensor_queue.h"
 #include "engine_fakes.h"
+#include "hora/errors.h"
 #include "runtime/executor.h"
 #include "runtime/set_links.h"
 
@@ -26,7 +28,8 @@ using testing::SoloBackend;
 class NeverJoined final : public JoinLedger {
  public:
   bool joined() const override { return false; }
-  void stood_in(OpType, const std::string&) override {}
+  void stood_in(OpType, const std::string& name) override { stood_in_names.push_back(name); }
+  std::vector<std::string> stood_in_names;
   void join_finished() override {}
 };
 
@@ -142,6 +145,37 @@ TEST_F(ExecutorTest, ARequestThatDiffersFromTheCachedOneIsNegotiated) {
   entry.request.shape = {8};
   EXPECT_FALSE(executor_.admit(entry, driver_));
   EXPECT_FALSE(entry.lane);
+}
+
+// An op given up because the members diverged (Negotiator::abandon) fails
+// only the submissions it lists: this member's op of that name, submitted
+// after the coordinator gave up the others', waits on; a skipped unnamed op
+// keeps this member's unnamed-op count with the others'.
+TEST_F(ExecutorTest, AnOpGivenUpFailsOnlyTheSubmissionsItLists) {
+  auto [work, slot] = submit();
+  ASSERT_EQ(queue_.take_new().size(), 1u);
+  Response others;
+  others.names = {"x"};
+  others.error = "allreduce 'x' ... failed: the ranks diverged";
+  others.cache = {0};
+  others.slots = {-1};
+  others.sizes = {1, 2};  // set ranks 1 and 2 had submitted it, not this one (0)
+  Response unnamed = others;
+  unnamed.names = {"allreduce.noname.3"};
+  executor_.deliver({others, unnamed});
+  agreement_->append_response();
+  agreement_->append_response();
+  executor_.run_log();
+  EXPECT_FALSE(work->finished()) << "this member's own x failed with the others' given-up one";
+  EXPECT_EQ(joins_.stood_in_names, (std::vector<std::string>{"x", "allreduce.noname.3"}));
+
+  Response mine = others;
+  mine.sizes = {0};
+  executor_.deliver({mine});
+  agreement_->append_response();
+  executor_.run_log();
+  ASSERT_TRUE(work->finished());
+  EXPECT_THROW(work->wait(), Mismatch);
 }
 
 }  // namespace

@@ -205,3 +205,13 @@ def test_every_rank_of_a_host_killed_is_one_cause():
     one = failures.Summary([outcome(2, -9, 1.0, host="b"), outcome(3, 0, 1.1, host="b"),
                             on_host(0, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0)])
     assert one.lines(keep_going=True)[-1] == "rank 2 killed by signal 9 (SIGKILL) (the first rank to fail)"
+
+
+def test_the_same_python_error_on_every_rank_of_a_host_is_the_programs():
+    error = TRACEBACK + ["ValueError: bad config"]
+    summary = failures.Summary([
+        outcome(2, 1, 1.0, error, host="b"), outcome(3, 1, 1.1, error, host="b"),
+        on_host(0, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0),
+        on_host(1, "a", PEER.format(set="0 [0, 1, 2, 3]", missing=2), exited_at=2.0)])
+    assert summary.lines(keep_going=True)[-1] == ("rank 2 exited with code 1 (the first rank to fail): "
+                                                  "ValueError: bad config")

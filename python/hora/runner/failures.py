@@ -43,7 +43,7 @@ MISSING_RANKS = re.compile(r"missing global rank\(s\) \[([\d, ]*)\]")
 ABSENT_RANK = re.compile(r"global rank (\d+) has not called (hvd\.init\(\)|add_process_set\(\[[\d, ]*\]\))")
 ALIVE_TEXT = "(its process is alive)"
 # src/runtime/coordinator_loop.cc and member_loop.cc
-UNREACHABLE = re.compile(r"global rank (\d+),? is unreachable: no answer from \S+ for ([\d.]+ s)")
+UNREACHABLE = re.compile(r"global rank (\d+),? is unreachable: no answer from .+? for ([\d.]+ s)")
 
 
 class StderrTail:
@@ -386,11 +386,13 @@ class Summary:
 
     def _host_lost(self):
         """'every rank on host h (ranks 2, 3) failed: killed by signal 9
-        (SIGKILL)' when the first failure was one of a host's several ranks
-        and every rank there failed alike on its own, without horarun's
-        signal; else None."""
+        (SIGKILL)' when the first failure was one of a host's several ranks,
+        killed by a signal without an error of its own, and every rank there
+        died alike, without horarun's signal; else None (a Python error on
+        every rank is the program's, not the host's)."""
         root = self.root
-        if root is None or root.outcome.host is None or root.outcome.signalled_at is not None:
+        if (root is None or root.outcome.host is None or root.outcome.signalled_at is not None
+                or root.outcome.code >= 0 or root.error is not None):
             return None
         ranks = [r for r, o in self.outcomes.items() if o.host == root.outcome.host]
         same = [self.failures.get(r) for r in ranks]
@@ -408,11 +410,11 @@ class Summary:
                    for target in f.peer.unreachable]
         if not reports:
             return None
-        host = {rank: outcome.host or f"the host of rank {rank}" for rank, outcome in self.outcomes.items()}
+        host = {rank: outcome.host for rank, outcome in self.outcomes.items() if outcome.host}
         silence = reports[0][2]
         named_by = collections.defaultdict(set)   # host -> the other hosts that lost it
         for reporter, target, _ in reports:
-            if host.get(reporter) != host.get(target):
+            if reporter in host and target in host and host[reporter] != host[target]:
                 named_by[host.get(target)].add(host.get(reporter))
         if not named_by:
             return None

@@ -33,8 +33,8 @@ def bucket_bytes():
         megabytes = float(text)
     except ValueError:
         raise ValueError(f"HORA_TORCH_BUCKET_MB must be a number of MiB, got {text!r}") from None
-    if megabytes < 0 or megabytes != megabytes:
-        raise ValueError(f"HORA_TORCH_BUCKET_MB must not be negative, got {text!r}")
+    if not 0 <= megabytes < 2**40:
+        raise ValueError(f"HORA_TORCH_BUCKET_MB must be a finite number of MiB, not negative, got {text!r}")
     return int(megabytes * 2**20)
 
 
@@ -77,7 +77,8 @@ class Bucket:
             if p.grad is None:
                 view.zero_()
             else:
-                view.copy_(p.grad.reshape(-1))
+                grad = p.grad.to_dense() if p.grad.is_sparse else p.grad  # sparse_as_dense
+                view.copy_(grad.reshape(-1))
         return self._buffer
 
     def unpack(self, reduced):
@@ -86,6 +87,8 @@ class Bucket:
             part = reduced[offset:offset + p.numel()].view_as(p)
             if p.grad is None:
                 p.grad = part.clone()
+            elif p.grad.is_sparse:
+                p.grad = part.to_sparse()
             else:
                 p.grad.copy_(part)
 

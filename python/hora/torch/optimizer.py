@@ -86,8 +86,12 @@ class _DistributedOptimizer:
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
-        self._bucket_bytes = bucket_bytes() if groups is None else 0
+        # Buckets need an elementwise compression: what a custom compressor
+        # does to a flat bucket may differ from what it does to each tensor.
+        builtin = compression in (Compression.none, Compression.fp16)
+        self._bucket_bytes = bucket_bytes() if groups is None and builtin else 0
         self._bucket_of = {}
+        self._bucket_pending = False  # gradients counted since the last synchronize()
         if self.process_set.included() and _basics.size() > 1:
             self._register_hooks()
 
@@ -106,10 +110,12 @@ class _DistributedOptimizer:
                     seen.add(id(p))
 
     def _agreed_order(self):
-        """The parameters to reduce, in the order of the set's first rank."""
+        """The parameters to reduce, in the order of the set's first rank; its
+        bucket size is taken too, so that every member forms the same buckets."""
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        names = broadcast_object([self._parameter_names.get(p) for p in params], root_rank=self.process_set.ranks[0],
-                                 name="DistributedOptimizer.groups", process_set=self.process_set)
+        names, self._bucket_bytes = broadcast_object(
+            ([self._parameter_names.get(p) for p in params], self._bucket_bytes),
+            root_rank=self.process_set.ranks[0], name="DistributedOptimizer.groups", process_set=self.process_set)
         position = {name: i for i, name in enumerate(names)}
         mine = {self._parameter_names.get(p) for p in params}
         if set(position) != mine:
@@ -124,7 +130,10 @@ class _DistributedOptimizer:
         return params
 
     def _form_buckets(self):
-        for bucket in form_buckets(self._agreed_order(), self._parameter_names, self._bucket_bytes):
+        params = self._agreed_order()
+        if self._bucket_bytes <= 0:
+            return
+        for bucket in form_buckets(params, self._parameter_names, self._bucket_bytes):
             for p in bucket.params:
                 self._bucket_of[p] = bucket
 
@@ -148,7 +157,8 @@ class _DistributedOptimizer:
     def _register_hooks(self):
         if self._groups is not None:
             self._form_groups()
-        elif self._bucket_bytes > 0:
+        else:
+            # Every member asks, so that all take the first member's size.
             self._form_buckets()
         for group in self.param_groups:
             for p in group["params"]:
@@ -197,7 +207,7 @@ class _DistributedOptimizer:
         bucket of one; its parameters' own where a gradient is sparse);
         returns its handle entries {key: (handle, ctx)}."""
         bucket.counted.clear()
-        if len(bucket.params) == 1 or not bucket.dense():
+        if len(bucket.params) == 1 or (not self.sparse_as_dense and not bucket.dense()):
             return {p: self._allreduce_grad_async(p) for p in bucket.params}
         compressed, ctx = self._compression.compress(bucket.pack())
         prescale, postscale = self._scale_factors()
@@ -211,6 +221,7 @@ class _DistributedOptimizer:
                                  "call to step(). Increase backward_passes_per_step to accumulate gradients "
                                  "locally.")
         self._allreduce_delay[p] -= 1
+        self._bucket_pending = True
         if self._allreduce_delay[p] > 0:
             return
         bucket = self._bucket_of[p]
@@ -278,6 +289,7 @@ class _DistributedOptimizer:
             else:
                 self._store_gradient(key, _mpi_ops.synchronize(handle), ctx)
         self._handles.clear()
+        self._bucket_pending = False
         self._synchronized = True
 
     def _store_gradient(self, p, output, ctx):
@@ -317,7 +329,7 @@ class _DistributedOptimizer:
         return self._hora_base_class.step(self, closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._handles or self._bucket_pending:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                                  "cause a race condition.")
@@ -327,6 +339,9 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
+        for bucket in self._bucket_of.values():
+            bucket.counted.clear()
+        self._bucket_pending = False
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
@@ -336,6 +351,7 @@ class _DistributedOptimizer:
             self._allreduce_delay[p] = self.backward_passes_per_step
         for bucket in self._bucket_of.values():
             bucket.counted.clear()
+        self._bucket_pending = False
         self._hora_base_class.load_state_dict(self, *args, **kwargs)
 
 

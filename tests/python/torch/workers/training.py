@@ -137,7 +137,8 @@ class TwoBranches(torch.nn.Module):
 
 
 def bucketed(ps, x, y, bucket_mb, flip, set_to_none=True, passes=1):
-    os.environ["HORA_TORCH_BUCKET_MB"] = bucket_mb
+    # A pair: each member its own setting (the first member's applies).
+    os.environ["HORA_TORCH_BUCKET_MB"] = bucket_mb if isinstance(bucket_mb, str) else bucket_mb[ps.rank()]
     try:
         model = TwoBranches(9, flip)
         optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
@@ -165,8 +166,23 @@ for step in range(STEPS):
 if even.included():
     flip = even.rank() == 1
     for bucket_mb, set_to_none, passes in (("0", True, 1), ("0.0002", True, 1), ("25", True, 1),
-                                           ("25", False, 1), ("0.0002", True, 2)):
+                                           ("25", False, 1), ("0.0002", True, 2), (("25", "0"), True, 1),
+                                           (("0", "25"), True, 1)):
         assert_same(bucketed(even, *my_share(x, y, even), bucket_mb, flip, set_to_none, passes), whole)
+    # zero_grad() between a backward pass and step() is refused, also while
+    # the buckets still wait for more passes.
+    model = TwoBranches(9, flip)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters(), process_set=even,
+                                         backward_passes_per_step=2)
+    F.mse_loss(model(x[:4]), y[:4]).backward()
+    try:
+        optimizer.zero_grad()
+        raise RuntimeError("zero_grad between backward and step was accepted")
+    except AssertionError as e:
+        assert "zero_grad" in str(e), e
+    optimizer.step()
+    optimizer.zero_grad()
     # Members whose parameters differ: the others than the first say which.
     model = TwoBranches(9, flip)
     named = [(("c." + n[2:]) if n.startswith("b.") and even.rank() == 1 else n, p)
