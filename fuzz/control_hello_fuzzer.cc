@@ -1,4 +1,4 @@
-// libFuzzer target: the control channel's hello (src/control/hello.h) as a
+// libFuzzer target: the hello of hora's own connections (src/net/hello.h) as a
 // stranger could send it. The first byte is the set's size; the rest is
 // read as a member's answer to a fixed challenge, as a coordinator's
 // challenge and as an address record. An answer may be admitted only if it
@@ -13,18 +13,18 @@
 #include <string>
 #include <vector>
 
-#include "control/hello.h"
 #include "net/codec.h"
+#include "net/hello.h"
 
 namespace {
 
 // Fixed, so that seeds can carry a valid answer (fuzz/write_seeds.cc).
-const hora::control::HelloKey kKey = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const hora::net::HelloKey kKey = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 const hora::net::Nonce kNonce = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
 const std::string kSet = "process set [0, 1, 2]";
 
 void check_answer_bytes(std::span<const uint8_t> answer, size_t set_size) {
-  using namespace hora::control;
+  using namespace hora::net;
   const AnswerCheck check = check_answer(answer, kKey, kSet, set_size, kNonce);
   if (check.admitted() == !check.refusal.empty()) std::abort();
   if (!check.admitted()) return;
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::span<const uint8_t> rest(data + 1, size - 1);
   check_answer_bytes(rest, data[0]);
-  check_round_trip(rest, hora::control::decode_challenge, hora::control::encode_challenge);
-  check_round_trip(rest, hora::control::decode_address_record, hora::control::encode_address_record);
+  check_round_trip(rest, hora::net::decode_challenge, hora::net::encode_challenge);
+  check_round_trip(rest, hora::net::decode_address_record, hora::net::encode_address_record);
   return 0;
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "control/hello.h"
+#include "net/hello.h"
 #include "coordinator/wire.h"
 #include "net/frames.h"
 #include "store/store_protocol.h"
@@ -136,7 +136,7 @@ void control_frames_seeds(const std::string& dir) {
 // With the hello fuzzer's fixed key, nonce and set (fuzz/control_hello_fuzzer.cc);
 // the first byte is the set's size.
 void control_hello_seeds(const std::string& dir) {
-  using namespace hora::control;
+  using namespace hora::net;
   const HelloKey key = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   const hora::net::Nonce nonce = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
   auto seed = [](std::span<const uint8_t> bytes) {

@@ -15,10 +15,9 @@
 namespace hora::control {
 namespace {
 
-constexpr char kAddressKey[] = "control/address";  // an AddressRecord (hello.h)
-// Dropped connections logged per set; the Timeout counts them all.
-constexpr size_t kLoggedRefusals = 3;
+constexpr char kAddressKey[] = "control/address";  // an AddressRecord (net/hello.h)
 
+using net::AddressRecord;
 using net::kMaxFrameBytes;
 
 }  // namespace
@@ -52,8 +51,17 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
     const net::Nonce key = net::random_nonce();
     std::copy(key.begin(), key.end(), record.key.begin());
     record.address = listener->address();
-    store.set(kAddressKey, encode_address_record(record));
-    channel->accept_members(*listener, record.key, deadline, timeout, cancelled);
+    store.set(kAddressKey, net::encode_address_record(record));
+    net::AdmissionRules rules;
+    rules.key = record.key;
+    rules.context = describe_set(global_ranks);
+    rules.global_ranks = global_ranks;
+    rules.set_name = set_name;
+    rules.plane = "control plane";
+    rules.cancel_poll = kCancelPoll;
+    net::Admission(std::move(rules))
+        .admit_all(*listener, deadline, timeout, cancelled,
+                   [&](int member, net::Socket socket) { channel->add_link(member, std::move(socket)); });
   } else {
     channel->join_coordinator(store, deadline, timeout, cancelled);
   }
@@ -64,119 +72,6 @@ ControlChannel::~ControlChannel() {
   for (auto& link : links_) {
     if (link) link->socket.shutdown();
   }
-}
-
-// A connection that has been sent its challenge and owes its answer.
-struct ControlChannel::PendingHello {
-  net::Socket socket;
-  net::Nonce nonce{};
-  Clock::time_point deadline;
-  std::array<uint8_t, kAnswerBytes> answer{};
-  size_t received = 0;
-};
-
-// Accepts one connection per other member, reading every pending hello at
-// once: one poll(2) over the listener and each connection that owes its
-// answer. A connection whose hello is late, malformed or forged, or names a
-// rank already connected, is dropped, so that a stray client can neither
-// take a member's place nor hold up the others.
-void ControlChannel::accept_members(net::Listener& listener, const HelloKey& key, Clock::time_point deadline,
-                                    std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) {
-  std::vector<PendingHello> pending;
-  std::vector<pollfd> fds;
-  auto joined = [&] { return std::count_if(links_.begin(), links_.end(), [](const auto& link) { return link != nullptr; }); };
-  while (static_cast<size_t>(joined()) + 1 < links_.size()) {
-    if (cancelled) throw InvalidArgument(set_name_ + ": connecting the control plane was cancelled");
-    const auto now = Clock::now();
-    if (now >= deadline) throw_accept_timeout(timeout);
-    auto wake_at = std::min(deadline, now + kCancelPoll);
-    std::erase_if(pending, [&](const PendingHello& hello) {
-      if (now < hello.deadline) return false;
-      refuse("no hello in time");
-      return true;
-    });
-    // With as many pending as can be members plus spares, later connections
-    // wait in the backlog.
-    const size_t room = links_.size() - 1 - static_cast<size_t>(joined()) + kSpareHellos;
-    fds.assign(1, pollfd{pending.size() < room ? listener.fd() : -1, POLLIN, 0});
-    for (const PendingHello& hello : pending) {
-      fds.push_back(pollfd{hello.socket.fd(), POLLIN, 0});
-      wake_at = std::min(wake_at, hello.deadline);
-    }
-    const int rc = poll(fds.data(), fds.size(), net::poll_timeout_ms(wake_at));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      throw Internal(set_name_ + ": poll: " + std::strerror(errno));
-    }
-    // Answers first: a connection accepted below has not seen its challenge.
-    std::vector<PendingHello> waiting;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      if (fds[i + 1].revents == 0 || !read_hello(pending[i], key)) waiting.push_back(std::move(pending[i]));
-    }
-    pending = std::move(waiting);
-    if (fds[0].revents != 0) accept_pending(listener, deadline, room, pending);
-  }
-}
-
-void ControlChannel::accept_pending(net::Listener& listener, Clock::time_point deadline, size_t room,
-                                    std::vector<PendingHello>& pending) {
-  // Up to `room` pending hellos: a flood of connections can neither keep the
-  // answers already in from being read nor push a member's out.
-  while (pending.size() < room) {
-    net::Socket socket = listener.accept(Clock::now());
-    if (!socket.valid()) return;
-    PendingHello hello;
-    hello.nonce = net::random_nonce();
-    hello.deadline = std::min(deadline, Clock::now() + kHelloTimeout);
-    try {
-      // 20 bytes on a new connection: they fit its send buffer at once.
-      hello.socket = std::move(socket);
-      hello.socket.send_all(encode_challenge(hello.nonce), hello.deadline, "a joining member");
-    } catch (const Error& e) {
-      refuse(std::string("sending the challenge: ") + e.what());
-      continue;
-    }
-    pending.push_back(std::move(hello));
-  }
-}
-
-bool ControlChannel::read_hello(PendingHello& hello, const HelloKey& key) {
-  const std::optional<size_t> got =
-      hello.socket.recv_available(hello.answer.data() + hello.received, kAnswerBytes - hello.received);
-  if (!got) {
-    refuse("closed before its hello");
-    return true;
-  }
-  hello.received += *got;
-  if (hello.received < kAnswerBytes) return false;
-  const AnswerCheck check = check_answer(hello.answer, key, describe_set(global_ranks_), links_.size(), hello.nonce);
-  if (!check.admitted()) {
-    refuse(check.refusal);
-  } else if (links_[check.rank]) {
-    refuse("set rank " + std::to_string(check.rank) + " is connected already");
-  } else {
-    add_link(check.rank, std::move(hello.socket));
-  }
-  return true;
-}
-
-void ControlChannel::refuse(const std::string& why) {
-  if (++refused_ <= kLoggedRefusals)
-    log_warning(set_name_ + ": control plane: dropped a connection: " + why);
-  last_refusal_ = why;
-}
-
-void ControlChannel::throw_accept_timeout(std::chrono::milliseconds timeout) const {
-  std::string missing;
-  for (size_t r = 1; r < links_.size(); ++r) {
-    if (!links_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(global_ranks_[r]);
-  }
-  std::string refusals;
-  if (refused_ > 0)
-    refusals = "; dropped " + std::to_string(refused_) + " connection(s) without a valid hello (the last: " +
-               last_refusal_ + ")";
-  throw Timeout(set_name_ + ": timed out after " + std::to_string(timeout.count()) +
-                " ms waiting for the control connections of global rank(s) [" + missing + "]" + refusals);
 }
 
 void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
@@ -192,27 +87,13 @@ void ControlChannel::join_coordinator(Store& store, Clock::time_point deadline,
   }
   AddressRecord record;
   try {
-    record = decode_address_record(value);
+    record = net::decode_address_record(value);
   } catch (const net::DecodeError& e) {
     throw Internal(set_name_ + ": control plane: " + e.what());
   }
-  const auto [host, port] = net::split_address(record.address);
-  net::ConnectOptions options;
-  options.deadline = deadline;
-  options.cancelled = &cancelled;
-  options.cancel_poll = kCancelPoll;
   const std::string coordinator = "the coordinator of " + set_name_ + " (" + peer_name(0) + ")";
-  net::Socket socket = net::connect_to(host, port, coordinator, options);
-  std::array<uint8_t, kChallengeBytes> challenge;
-  socket.recv_exact(challenge.data(), challenge.size(), deadline, coordinator);
-  net::Nonce nonce;
-  try {
-    nonce = decode_challenge(challenge);
-  } catch (const net::DecodeError& e) {
-    throw PeerFailure(set_name_ + ": control plane: " + coordinator + " sent a " + e.what());
-  }
-  socket.send_all(encode_answer(record.key, describe_set(global_ranks_), static_cast<uint32_t>(rank_), nonce), deadline,
-                  coordinator);
+  net::Socket socket = net::join(record, describe_set(global_ranks_), rank_, coordinator, deadline, cancelled,
+                                 kCancelPoll, set_name_ + ": control plane");
   add_link(0, std::move(socket));
 }
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "control/control_plane.h"
-#include "control/hello.h"
 #include "hora/store.h"
+#include "net/admission.h"
 #include "net/frames.h"
 #include "net/socket.h"
 #include "transport/backend.h"  // describe_set
@@ -30,11 +30,9 @@ using ::hora::describe_set;
 // Set rank 0 listens on an ephemeral port of `hostname` and publishes its
 // address with a fresh key for the set in the set's store; every other
 // member connects and proves its set rank with the hello of
-// control/hello.h (an HMAC of a nonce the coordinator sends under that key).
-// The coordinator reads the hellos side by side, each within
-// kHelloTimeout of its connection, and drops a connection whose hello is
-// late, malformed, forged or for a rank already connected: no stray or
-// silent client can take a member's place or delay the others. send() may
+// net/hello.h (an HMAC of a nonce the coordinator sends under that key).
+// The coordinator admits them as net::Admission does: no stray or silent
+// client can take a member's place or delay the others. send() may
 // be called from any thread (one mutex per connection); receive() only
 // from the engine thread, which blocks in poll(2) on every open connection
 // plus an eventfd that wake() signals. A connection that closes (or sends a
@@ -42,14 +40,6 @@ using ::hora::describe_set;
 // describes. The destructor closes every connection.
 class ControlChannel final : public ControlPlane {
  public:
-  // How long the coordinator waits for a connection's hello (or the set's
-  // deadline, if sooner), and how many connections beyond the members
-  // still missing may owe one at once: with that many pending, the next
-  // connections wait in the listen backlog until one is answered or times
-  // out, so no member is ever dropped to make room.
-  static constexpr std::chrono::seconds kHelloTimeout{10};
-  static constexpr size_t kSpareHellos = 64;
-
   // Blocks until the star is connected, `timeout` passes (Timeout naming
   // the missing global ranks) or `cancelled` is set (InvalidArgument, within
   // about kCancelPoll). `set_name` prefixes error messages.
@@ -85,17 +75,6 @@ class ControlChannel final : public ControlPlane {
 
   ControlChannel(const std::vector<int>& global_ranks, int rank, std::string set_name,
                  std::chrono::milliseconds send_timeout);
-  struct PendingHello;
-  void accept_members(net::Listener& listener, const HelloKey& key, Clock::time_point deadline,
-                      std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled);
-  // Accepts the connections waiting on `listener` and sends each a challenge.
-  void accept_pending(net::Listener& listener, Clock::time_point deadline, size_t room,
-                      std::vector<PendingHello>& pending);
-  // Reads what `hello` has sent; true when it is finished with (admitted
-  // as a member, or dropped).
-  bool read_hello(PendingHello& hello, const HelloKey& key);
-  void refuse(const std::string& why);
-  [[noreturn]] void throw_accept_timeout(std::chrono::milliseconds timeout) const;
   void join_coordinator(Store& store, Clock::time_point deadline, std::chrono::milliseconds timeout,
                         const std::atomic<bool>& cancelled);
   void add_link(int rank, net::Socket socket);
@@ -116,8 +95,6 @@ class ControlChannel final : public ControlPlane {
   std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
   net::Wakeup wakeup_;
   size_t next_link_ = 0;
-  size_t refused_ = 0;          // connections the coordinator dropped
-  std::string last_refusal_;    // why it dropped the latest
 };
 
 }  // namespace hora::control

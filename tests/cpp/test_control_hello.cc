@@ -1,4 +1,4 @@
-// The control channel's hello (control/hello.h): only a member that holds
+// The control channel's hello (net/hello.h, net/admission.h): only a member that holds
 // the set's key joins; a forged, replayed, misdirected or duplicate hello
 // is dropped without taking a member's place; a silent connection holds
 // nobody up; and a bad challenge or a timeout is a clear error.
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "control/control_channel.h"
-#include "control/hello.h"
 #include "hora/errors.h"
 #include "hora/store.h"
 #include "net/codec.h"
+#include "net/hello.h"
 #include "net/socket.h"
 
 namespace hora::control {
@@ -24,6 +24,7 @@ namespace {
 using std::chrono::milliseconds;
 using Bytes = std::vector<uint8_t>;
 using Channel = std::unique_ptr<ControlChannel>;
+using namespace net;  // the hello (net/hello.h)
 
 constexpr milliseconds kSetTimeout{20'000};
 constexpr milliseconds kWait{5'000};
@@ -214,7 +215,7 @@ TEST_F(HelloTest, AMemberRefusesABadChallenge) {
     FAIL() << "no error";
   } catch (const PeerFailure& e) {
     EXPECT_TRUE(contains(e.what(), "process set [0, 3]")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "malformed control hello challenge: wrong magic")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "malformed hello challenge: wrong magic")) << e.what();
   }
 }
 
@@ -249,7 +250,7 @@ TEST(HelloCodec, ChallengesAndAddressRecordsRoundTripAndMalformedOnesAreNamed) {
     decode_challenge(std::span(challenge).first(5));
     FAIL() << "no error";
   } catch (const net::DecodeError& e) {
-    EXPECT_STREQ(e.what(), "malformed control hello challenge: 5 bytes instead of 20");
+    EXPECT_STREQ(e.what(), "malformed hello challenge: 5 bytes instead of 20");
   }
   AddressRecord record;
   record.key[5] = 9;
@@ -261,7 +262,7 @@ TEST(HelloCodec, ChallengesAndAddressRecordsRoundTripAndMalformedOnesAreNamed) {
     decode_address_record(Bytes(16, 1));
     FAIL() << "no error";
   } catch (const net::DecodeError& e) {
-    EXPECT_STREQ(e.what(), "malformed control address record: 16 bytes hold no address after the key");
+    EXPECT_STREQ(e.what(), "malformed address record: 16 bytes hold no address after the key");
   }
 }
 
