@@ -92,6 +92,18 @@ class BackendFactory {
 // Gloo over TCP. `hostname` is the address this process listens on.
 std::unique_ptr<BackendFactory> make_gloo_backend_factory(const std::string& hostname);
 
+// hora's own TCP data plane (transport/tcp/tcp_backend.h).
+struct TcpOptions {
+  std::string hostname = "127.0.0.1";  // the address this process listens on
+  // How long a collective spins on its sockets after the last progress
+  // while a caller waits for an op (util/caller_waits.h), before it sleeps.
+  std::chrono::nanoseconds spin{std::chrono::microseconds(200)};
+  // Connections to a host that answers nothing for this long break
+  // (net::watch_liveness; 0: never).
+  std::chrono::milliseconds link_timeout{0};
+};
+std::unique_ptr<BackendFactory> make_tcp_backend_factory(TcpOptions options);
+
 // Ranks as threads of one process (tests). Every thread's factory must share
 // the same store, which the local backend uses to find its peers.
 std::unique_ptr<BackendFactory> make_local_backend_factory();

@@ -1,5 +1,7 @@
 #include "transport/registry.h"
 
+#include <thread>
+
 #include "hora/errors.h"
 #include "transport/mpi_plugin.h"
 
@@ -30,10 +32,25 @@ bool bootstraps_through_mpi(const RuntimeConfig& config) {
          config.backend == "mpi";
 }
 
+}  // namespace
+
+std::unique_ptr<BackendFactory> make_socket_backend_factory(const RuntimeConfig& config) {
+  if (config.backend == "gloo") return make_gloo_backend_factory(config.hostname);
+  TcpOptions options;
+  options.hostname = config.hostname;
+  options.link_timeout = config.link_timeout;
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && config.local_size > static_cast<int>(cores)) options.spin = std::chrono::microseconds(2);
+  return make_tcp_backend_factory(std::move(options));
+}
+
+namespace {
+
 // A job started by horarun (or a single process): the launcher's store, and
-// Gloo between ranks.
+// hora's own TCP (or Gloo, when asked for) between ranks.
 JobTransport open_launcher_job(RuntimeConfig config) {
-  if (config.backend != "gloo") throw Internal("launcher job with backend '" + config.backend + "'");
+  if (config.backend != "tcp" && config.backend != "gloo")
+    throw Internal("launcher job with backend '" + config.backend + "'");
   JobTransport job;
   if (config.rendezvous_host.empty()) {
     job.store = make_hash_store();
@@ -41,7 +58,7 @@ JobTransport open_launcher_job(RuntimeConfig config) {
   } else {
     job.store = make_tcp_store(config.rendezvous_host, config.rendezvous_port, config.secret);
   }
-  if (!job.factory) job.factory = make_gloo_backend_factory(config.hostname);
+  if (!job.factory) job.factory = make_socket_backend_factory(config);
   job.config = std::move(config);
   return job;
 }
@@ -49,15 +66,15 @@ JobTransport open_launcher_job(RuntimeConfig config) {
 }  // namespace
 
 JobTransport open_job_transport(RuntimeConfig config) {
-  if (!config.backend.empty() && config.backend != "gloo" && config.backend != "mpi") {
-    throw InvalidArgument("unknown backend '" + config.backend + "'; choose gloo or mpi");
+  if (!config.backend.empty() && config.backend != "tcp" && config.backend != "gloo" && config.backend != "mpi") {
+    throw InvalidArgument("unknown backend '" + config.backend + "'; choose tcp, gloo or mpi");
   }
   const bool through_mpi = bootstraps_through_mpi(config);
-  if (config.backend.empty()) config.backend = through_mpi ? "mpi" : "gloo";
+  if (config.backend.empty()) config.backend = through_mpi ? "mpi" : "tcp";
   if (!through_mpi) return open_launcher_job(std::move(config));
   const std::string context =
       "this process was started by an MPI launcher or asked for MPI (HORA_BACKEND=mpi, init(comm=...)), but ";
-  const std::string alternative = "; or run the job on Gloo: horarun without --mpi, HORA_BACKEND unset";
+  const std::string alternative = "; or run the job on TCP: horarun without --mpi, HORA_BACKEND unset";
 #if HORA_WITH_MPI
   const MpiPlugin* plugin = nullptr;
   try {

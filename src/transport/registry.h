@@ -27,6 +27,12 @@ struct JobTransport {
 // fit it.
 JobTransport open_job_transport(RuntimeConfig config);
 
+// The backend of a job whose ranks talk over sockets: Gloo when
+// `config.backend` is "gloo", else hora's own TCP, listening on
+// config.hostname; its waits spin only briefly when the host runs more
+// ranks (config.local_size) than it has cores.
+std::unique_ptr<BackendFactory> make_socket_backend_factory(const RuntimeConfig& config);
+
 // Whether the MPI backend can run here: this build has it, and its plugin
 // and the MPI library it needs load (which loads them).
 bool mpi_built();

@@ -74,17 +74,22 @@ bool started_by_mpi_launcher() {
          in_slurm_step();
 }
 
-// "gloo", "mpi" or "" (not chosen): HORA_BACKEND, else Horovod's names.
+// "tcp", "gloo", "mpi" or "" (not chosen): HORA_BACKEND, else Horovod's
+// names, whose "gloo" (Horovod's controller without MPI) is hora's own TCP.
 std::string read_backend() {
   const char* name = nullptr;
   const char* value = lookup({"HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "HOROVOD_CONTROLLER"}, &name);
   if (!value || !*value) return "";
   std::string backend(value);
   for (char& ch : backend) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (backend != "gloo" && backend != "mpi") {
+  const bool ours = std::string(name) == "HORA_BACKEND";
+  if (ours && backend != "tcp" && backend != "gloo" && backend != "mpi") {
+    throw InvalidArgument(std::string("environment variable ") + name + "='" + value + "' must be tcp, gloo or mpi");
+  }
+  if (!ours && backend != "gloo" && backend != "mpi") {
     throw InvalidArgument(std::string("environment variable ") + name + "='" + value + "' must be gloo or mpi");
   }
-  return backend;
+  return !ours && backend == "gloo" ? "tcp" : backend;
 }
 
 }  // namespace

@@ -143,16 +143,30 @@ TEST(EnvLaunchers, BackendFromHoraOrHorovodNames) {
   Environment env;
   env.set("HOROVOD_CONTROLLER", "MPI");
   EXPECT_EQ(runtime_config_from_env().backend, "mpi");
-  env.set("HOROVOD_CPU_OPERATIONS", "gloo");  // the data plane's name comes first
-  EXPECT_EQ(runtime_config_from_env().backend, "gloo");
+  // The data plane's name comes first; Horovod's Gloo mode is hora's TCP.
+  env.set("HOROVOD_CPU_OPERATIONS", "gloo");
+  EXPECT_EQ(runtime_config_from_env().backend, "tcp");
   env.set("HORA_BACKEND", "mpi");
   EXPECT_EQ(runtime_config_from_env().backend, "mpi");
+  env.set("HORA_BACKEND", "Gloo");
+  EXPECT_EQ(runtime_config_from_env().backend, "gloo");
+  env.set("HORA_BACKEND", "tcp");
+  EXPECT_EQ(runtime_config_from_env().backend, "tcp");
+  env.unset("HORA_BACKEND");
+  env.set("HOROVOD_CPU_OPERATIONS", "tcp");
+  try {
+    runtime_config_from_env();
+    FAIL() << "Horovod's variable took a value Horovod does not know";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HOROVOD_CPU_OPERATIONS='tcp' must be gloo or mpi"), std::string::npos)
+        << e.what();
+  }
   env.set("HORA_BACKEND", "nccl");
   try {
     runtime_config_from_env();
     FAIL() << "an unknown backend was accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("HORA_BACKEND='nccl' must be gloo or mpi"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HORA_BACKEND='nccl' must be tcp, gloo or mpi"), std::string::npos) << e.what();
   }
 }
 
@@ -173,10 +187,10 @@ TEST(TransportRegistry, AnUnknownBackendIsRefused) {
   EXPECT_THROW(open_job_transport(config), InvalidArgument);
 }
 
-TEST(TransportRegistry, ASingleProcessOnGlooNeedsNoLauncher) {
+TEST(TransportRegistry, ASingleProcessNeedsNoLauncher) {
   RuntimeConfig config;
   JobTransport job = open_job_transport(config);
-  EXPECT_EQ(job.config.backend, "gloo");
+  EXPECT_EQ(job.config.backend, "tcp");
   ASSERT_NE(job.factory, nullptr);
   EXPECT_EQ(job.factory->name(), "local");
 }

@@ -37,6 +37,7 @@ constexpr milliseconds kSlack{20'000};
 
 std::unique_ptr<TransportPlanner> make_factory(const std::string& kind) {
   if (kind == "shm") return make_transport_planner(make_local_backend_factory(), {ShmOptions{}});
+  if (kind == "tcp") return make_transport_planner(make_tcp_backend_factory(TcpOptions{}));
   return make_transport_planner(kind == "gloo" ? make_gloo_backend_factory("127.0.0.1") : make_local_backend_factory());
 }
 
@@ -283,7 +284,7 @@ TEST_P(FaultDomains, ARankThatShutsDownClosesItsSetsForTheOthersWithoutBreakingT
   }, {{0, 1}});
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, FaultDomains, ::testing::Values("local", "gloo", "shm"),
+INSTANTIATE_TEST_SUITE_P(Backends, FaultDomains, ::testing::Values("local", "gloo", "tcp", "shm"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

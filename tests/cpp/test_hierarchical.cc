@@ -44,9 +44,10 @@ const Hosts kBlocks = {"host-a", "host-a", "host-b", "host-b"};       // [0, 1] 
 const Hosts kInterleaved = {"host-a", "host-b", "host-a", "host-b"};  // [0, 2] / [1, 3]
 const Hosts kOneAlone = {"host-a", "host-b", "host-b", "host-b"};     // [0] / [1, 2, 3]
 
-// Slots of 64 KiB, so that the larger messages below take several chunks.
+// Slots of 64 KiB, so that the larger messages below take several chunks;
+// hora's own TCP between the hosts, as jobs under horarun have.
 std::unique_ptr<TransportPlanner> factory_for(const Hosts& hosts, int rank) {
-  return make_transport_planner(make_gloo_backend_factory("127.0.0.1"), {ShmOptions{true, 64 << 10, hosts[rank]}});
+  return make_transport_planner(make_tcp_backend_factory(TcpOptions{}), {ShmOptions{true, 64 << 10, hosts[rank]}});
 }
 
 // One member's transports of a set, used through its data plane (->).

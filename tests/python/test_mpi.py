@@ -89,7 +89,7 @@ def test_horarun_without_mpi_runs_gloo_and_says_so():
 def test_an_unknown_backend_is_a_clear_error():
     result = mpirun(["-c", "import hora.numpy as hvd; hvd.init()"], np=2, env={"HORA_BACKEND": "nccl"})
     assert result.returncode != 0
-    assert "HORA_BACKEND='nccl' must be gloo or mpi" in result.stderr, result.stderr
+    assert "HORA_BACKEND='nccl' must be tcp, gloo or mpi" in result.stderr, result.stderr
 
 
 def test_the_mpi_backend_refuses_ranks_that_mpi_did_not_start():

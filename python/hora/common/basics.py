@@ -35,9 +35,10 @@ def init(comm=None, process_sets=None):
 
     ``comm`` makes the job's world an mpi4py communicator, or a list of ranks
     of MPI_COMM_WORLD (only those ranks call init); hora's ranks are then
-    ranks in it. The backend is chosen by HORA_BACKEND (``gloo`` or ``mpi``;
-    Horovod's HOROVOD_CPU_OPERATIONS and HOROVOD_CONTROLLER also work),
-    by default MPI under mpirun or srun and Gloo under horarun. Under
+    ranks in it. The backend is chosen by HORA_BACKEND (``tcp``, hora's own;
+    ``gloo``; or ``mpi``; Horovod's HOROVOD_CPU_OPERATIONS and
+    HOROVOD_CONTROLLER also work, their ``gloo`` meaning hora's TCP), by
+    default MPI under mpirun or srun and hora's TCP under horarun. Under
     torchrun (or srun with MASTER_ADDR and MASTER_PORT) the job is the one
     torchrun started: WORLD_SIZE ranks (docs/install.md).
 
@@ -228,8 +229,9 @@ def gloo_built():
 
 
 def gloo_enabled():
-    """Whether hora runs on the Gloo backend (False before init)."""
-    return _core.is_initialized() and _core.backend() == "gloo"
+    """Whether hora runs without MPI between its ranks: on its own TCP or on
+    Gloo, what Horovod calls its Gloo mode (False before init)."""
+    return _core.is_initialized() and _core.backend() in ("tcp", "gloo")
 
 
 def nccl_built():

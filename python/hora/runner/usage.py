@@ -29,8 +29,8 @@ ENVIRONMENT = [
     ("HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "bytes of small allreduces packed into one",
      "67108864"),
     ("HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "response-cache slots per set (0 disables)", "1024"),
-    ("HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "gloo or mpi (also HOROVOD_CONTROLLER)",
-     "mpi under mpirun or srun, else gloo"),
+    ("HORA_BACKEND", "HOROVOD_CPU_OPERATIONS", "tcp (hora's own), gloo or mpi (also HOROVOD_CONTROLLER, "
+     "whose gloo means tcp)", "mpi under mpirun or srun, else tcp"),
     ("HORA_MPI_LIBRARY", None, "the MPI library the MPI backend loads, a file name or a path",
      "the one hora was built with"),
     ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),

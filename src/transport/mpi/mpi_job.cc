@@ -11,6 +11,7 @@
 #include "transport/mpi/mpi_backend.h"
 #include "transport/mpi/mpi_world.h"
 #include "transport/mpi_plugin.h"
+#include "transport/registry.h"
 
 namespace hora::mpi_transport {
 namespace {
@@ -76,7 +77,7 @@ void check_world_size(const RuntimeConfig& config, const MpiWorld& world) {
   throw InvalidArgument("MPI sees " + std::to_string(world.size()) + " process(es) in MPI_COMM_WORLD but the " +
                         "launcher started " + std::to_string(config.size) +
                         ": the MPI backend needs an MPI launcher (horarun --mpi, mpirun, or srun with PMI/PMIx "
-                        "support), or choose HORA_BACKEND=gloo under horarun");
+                        "support), or choose HORA_BACKEND=tcp under horarun");
 }
 
 JobTransport open_job(RuntimeConfig config) {
@@ -93,7 +94,7 @@ JobTransport open_job(RuntimeConfig config) {
     throw InvalidArgument(
         "the MPI backend needs MPI_THREAD_MULTIPLE, but MPI was initialised with thread level " +
         std::to_string(provided) +
-        " (with mpi4py, leave mpi4py.rc.thread_level at 'multiple'), or choose HORA_BACKEND=gloo");
+        " (with mpi4py, leave mpi4py.rc.thread_level at 'multiple'), or choose HORA_BACKEND=tcp");
   }
   auto world = MpiWorld::join(config);
   check_world_size(config, *world);
@@ -110,7 +111,7 @@ JobTransport open_job(RuntimeConfig config) {
   if (config.backend == "mpi") {
     job.factory = make_mpi_backend_factory(world, job.store);
   } else {
-    job.factory = make_gloo_backend_factory(config.hostname);
+    job.factory = make_socket_backend_factory(config);
   }
   job.config = std::move(config);
   return job;
