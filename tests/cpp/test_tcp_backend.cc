@@ -1,0 +1,115 @@
+// hora's TCP data plane (transport/tcp/): its connections admit only the
+// members their hello proves, in the range each member listens for; a
+// stranger on a member's data port neither takes a member's place nor
+// keeps the set from connecting. (Its collectives run in test_backends.cc
+// under the "tcp" kind.)
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hora/errors.h"
+#include "hora/store.h"
+#include "net/codec.h"
+#include "net/hello.h"
+#include "net/socket.h"
+#include "transport/backend.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr milliseconds kWait(5000);
+
+struct Stranger {
+  net::Socket socket;
+  net::Nonce nonce{};
+};
+
+// Connects to `set_rank`'s published data address and reads its challenge.
+Stranger dial(Store& store, int set_rank) {
+  const net::AddressRecord record =
+      net::decode_address_record(store.get("tcp/address/" + std::to_string(set_rank), kWait));
+  const auto [host, port] = net::split_address(record.address);
+  net::ConnectOptions options;
+  options.deadline = net::Clock::now() + kWait;
+  Stranger stranger{net::connect_to(host, port, "a member", options)};
+  std::array<uint8_t, net::kChallengeBytes> challenge;
+  stranger.socket.recv_exact(challenge.data(), challenge.size(), net::Clock::now() + kWait, "a member");
+  stranger.nonce = net::decode_challenge(challenge);
+  return stranger;
+}
+
+// Whether the member closes `socket` within kWait.
+bool dropped(net::Socket& socket) {
+  uint8_t byte;
+  try {
+    socket.recv_exact(&byte, 1, net::Clock::now() + kWait, "a member");
+  } catch (const PeerFailure&) {
+    return true;
+  } catch (const Timeout&) {
+  }
+  return false;
+}
+
+TEST(TcpDataPlane, StrangersOnADataPortAreDroppedAndTheSetConnects) {
+  const std::vector<int> ranks = {0, 3, 5};
+  auto store = make_hash_store();
+  auto factory = make_tcp_backend_factory(TcpOptions{});
+  auto first = std::async(std::launch::async, [&] { return factory->create(ranks, 0, store, kWait); });
+
+  const std::string context = describe_set(ranks) + " tcp data";
+  // A forged mac, a member's answer with the control channel's context, and
+  // set rank 0 (the listener's own: nobody below it connects to it).
+  Stranger forged = dial(*store, 0);
+  std::vector<uint8_t> wrong(net::kAnswerBytes, 0x5a);
+  net::store_u32_le(wrong.data(), net::kAnswerMagic);
+  net::store_u32_le(wrong.data() + 4, 1);
+  forged.socket.send_all(wrong, net::Clock::now() + kWait, "a member");
+  EXPECT_TRUE(dropped(forged.socket));
+
+  const net::AddressRecord record = net::decode_address_record(store->get("tcp/address/0", kWait));
+  Stranger replayed = dial(*store, 0);
+  replayed.socket.send_all(net::encode_answer(record.key, describe_set(ranks), 1, replayed.nonce),
+                           net::Clock::now() + kWait, "a member");
+  EXPECT_TRUE(dropped(replayed.socket));
+  Stranger itself = dial(*store, 0);
+  itself.socket.send_all(net::encode_answer(record.key, context, 0, itself.nonce), net::Clock::now() + kWait,
+                         "a member");
+  EXPECT_TRUE(dropped(itself.socket));
+
+  auto second = std::async(std::launch::async, [&] { return factory->create(ranks, 3, store, kWait); });
+  auto third = std::async(std::launch::async, [&] { return factory->create(ranks, 5, store, kWait); });
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(first.get());
+  backends.push_back(second.get());
+  backends.push_back(third.get());
+  std::vector<std::future<float>> sums;
+  for (auto& backend : backends) {
+    sums.push_back(std::async(std::launch::async, [&backend] {
+      float value = static_cast<float>(backend->rank() + 1);
+      backend->allreduce(&value, 1, DataType::kFloat32, ReduceOp::kSum);
+      return value;
+    }));
+  }
+  for (auto& sum : sums) EXPECT_EQ(sum.get(), 6.0f);
+}
+
+TEST(TcpDataPlane, AMemberThatNeverPublishesIsNamedAtTheTimeout) {
+  auto store = make_hash_store();
+  auto factory = make_tcp_backend_factory(TcpOptions{});
+  try {
+    factory->create({2, 4}, 4, store, milliseconds(300));
+    FAIL() << "connected without its peer";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("global rank 2 did not publish its data address"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hora
