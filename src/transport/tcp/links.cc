@@ -14,6 +14,11 @@
 namespace hora::tcp_transport {
 namespace {
 
+// The most one send(2) or recv(2) moves: a pair exchanging large buffers
+// then alternates between its directions instead of filling a whole socket
+// buffer in one call while the other direction waits.
+constexpr size_t kMostPerCall = 256 << 10;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -83,9 +88,9 @@ bool Links::pump(std::span<Move> moves, const char* what) {
     if (move.send) {
       const size_t ready = move.limit ? std::min(*move.limit, move.bytes) : move.bytes;
       if (ready <= move.done) continue;
-      n = ::send(fd, move.data + move.done, ready - move.done, MSG_DONTWAIT | MSG_NOSIGNAL);
+      n = ::send(fd, move.data + move.done, std::min(ready - move.done, kMostPerCall), MSG_DONTWAIT | MSG_NOSIGNAL);
     } else {
-      n = ::recv(fd, move.data + move.done, move.bytes - move.done, MSG_DONTWAIT);
+      n = ::recv(fd, move.data + move.done, std::min(move.bytes - move.done, kMostPerCall), MSG_DONTWAIT);
       if (n == 0) {
         fail(set_name_ + ": " + what + ": " + peer_name(move.peer) + " closed its data connection", false);
       }

@@ -32,7 +32,7 @@ class TcpBackend final : public Backend {
  public:
   // Up to this many bytes, allreduce uses recursive doubling and broadcast
   // a tree; beyond, the ring and the chain.
-  static constexpr size_t kSmallBytes = 256 << 10;
+  static constexpr size_t kSmallBytes = 32 << 10;
 
   TcpBackend(std::vector<int> global_ranks, int rank, std::vector<net::Socket> sockets, Waiting waiting);
 
