@@ -113,7 +113,9 @@ void check_allreduce(Backend& b, DataType dtype, size_t count, ReduceOp op, ToT 
 void check_allreduces(Backend& b) {
   auto same = [](double v) { return v; };
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{40'001}}) {
+    // 700,001 elements: past HierarchicalBackend::kPipelineBytes, pipelined
+    // in 2 (float32) or 5 (int64) chunks that do not divide evenly.
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{40'001}, size_t{700'001}}) {
       check_allreduce<float>(b, DataType::kFloat32, count, op, [](double v) { return static_cast<float>(v); }, same);
       check_allreduce<int64_t>(b, DataType::kInt64, count, op, [](double v) { return static_cast<int64_t>(v); },
                                [](int64_t v) { return static_cast<double>(v); });
@@ -247,12 +249,12 @@ struct SharedClock {
 // a stream of allreduces: every survivor, on either host, fails with
 // PeerFailure within a second, and the coordinator's control plane
 // reports rank 3 closed.
-TEST(HierarchicalProcesses, KilledMemberFailsTheSetOnEveryHost) {
+void check_killed_member_fails_the_set(size_t count) {
   test_support::TemporaryDirectory dir;
   SharedClock* clock = SharedClock::make();
   auto outcomes = run_processes(kRanks, [&](int rank) {
     auto b = attach(dir.path(), kBlocks, rank, milliseconds(60'000));
-    std::vector<float> v(1 << 16, 1.0f);
+    std::vector<float> v(count, 1.0f);
     b->barrier();
     clock->running.fetch_add(1);
     try {
@@ -278,6 +280,14 @@ TEST(HierarchicalProcesses, KilledMemberFailsTheSetOnEveryHost) {
   EXPECT_TRUE(outcomes[3].killed);
   for (int r : {0, 1, 2}) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
   clock->release();
+}
+
+TEST(HierarchicalProcesses, KilledMemberFailsTheSetOnEveryHost) { check_killed_member_fails_the_set(1 << 16); }
+
+// The same in pipelined allreduces (4 MiB, 4 chunks): a leader's courier
+// inside the part between hosts ends too, and nothing waits for it.
+TEST(HierarchicalProcesses, KilledMemberFailsAPipelinedAllreduceOnEveryHost) {
+  check_killed_member_fails_the_set(1 << 20);
 }
 
 // Through the Runtime (negotiation, the engine's failure protocol): the

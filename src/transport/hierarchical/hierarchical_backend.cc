@@ -1,7 +1,11 @@
 #include "transport/hierarchical/hierarchical_backend.h"
 
+#include <condition_variable>
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <numeric>
+#include <thread>
 
 #include "hora/errors.h"
 
@@ -26,6 +30,81 @@ size_t sum(const std::vector<size_t>& sizes) { return std::accumulate(sizes.begi
 }
 
 }  // namespace
+
+// A leader's thread for the part between hosts: runs the jobs posted to it
+// in order, one at a time, and keeps the first failure.
+class HierarchicalBackend::Courier {
+ public:
+  Courier() : thread_([this] { serve(); }) {}
+  ~Courier() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  // Starts a round: forgets the previous round's jobs and failure.
+  void begin() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.clear();
+    posted_ = done_ = 0;
+    failure_ = nullptr;
+  }
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back(std::move(job));
+      ++posted_;
+    }
+    changed_.notify_all();
+  }
+  // Waits until the first `count` jobs of the round are done; rethrows the
+  // first failure (later jobs are then skipped).
+  void await(size_t count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_ >= count || failure_; });
+    if (failure_) std::rethrow_exception(failure_);
+  }
+  // Waits until every posted job has ended, whatever its outcome.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_ == posted_; });
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || done_ < posted_; });
+      if (done_ == posted_) return;  // stopping, nothing left
+      std::function<void()> job = std::move(jobs_[done_]);
+      const bool skip = failure_ != nullptr;
+      lock.unlock();
+      std::exception_ptr failure;
+      if (!skip) {
+        try {
+          job();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+      lock.lock();
+      if (failure && !failure_) failure_ = failure;
+      ++done_;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::function<void()>> jobs_;
+  size_t posted_ = 0, done_ = 0;
+  std::exception_ptr failure_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts once the rest is made
+};
 
 HierarchicalBackend::HierarchicalBackend(std::vector<int> global_ranks, int rank, HostLayout layout, Parts parts)
     : global_ranks_(std::move(global_ranks)),
@@ -69,6 +148,8 @@ void HierarchicalBackend::run(const char* name, Collective&& collective) {
   }
 }
 
+HierarchicalBackend::~HierarchicalBackend() = default;
+
 void HierarchicalBackend::abort_parts(const std::string& reason) noexcept {
   for (Backend* part : {parts_.local.get(), parts_.leaders.get(), parts_.whole.get()}) {
     if (!part) continue;
@@ -105,11 +186,74 @@ uint8_t* HierarchicalBackend::staging(int which, size_t bytes) {
 // host: every member ends with the same bits.
 void HierarchicalBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (count == 0) return;
+  if (count * dtype_size(dtype) > kPipelineBytes) {
+    return run("allreduce", [&] { pipelined_allreduce(static_cast<uint8_t*>(buf), count, dtype, op); });
+  }
   run("allreduce", [&] {
     if (parts_.local) parts_.local->allreduce(buf, count, dtype, op);
     if (parts_.leaders) parts_.leaders->allreduce(buf, count, dtype, op);
     if (parts_.local) parts_.local->broadcast(buf, count * dtype_size(dtype), 0);
   });
+}
+
+// Every member takes this path for the same sizes, so that the leaders
+// agree on the chunks. Chunk k: the host's allreduce A(k), the leaders' N(k) on the courier,
+// the host's broadcast B(k). Every member of a host runs its host's part in
+// one order, A(0), A(1), B(0), A(2), B(1), ..., B(K-1); a leader posts N(k)
+// after A(k) and awaits it before B(k), so N(k) runs while the host does
+// A(k + 1) and B(k - 1).
+void HierarchicalBackend::pipelined_allreduce(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
+  const size_t element = dtype_size(dtype);
+  const size_t chunks =
+      std::clamp<size_t>(count * element / kPipelineChunkBytes, size_t{1}, kMaxPipelineChunks);
+  auto chunk = [&](size_t k) {
+    const size_t base = count / chunks, rem = count % chunks;
+    return std::pair<uint8_t*, size_t>{buf + (k * base + std::min(k, rem)) * element, base + (k < rem ? 1 : 0)};
+  };
+  Backend* leaders = parts_.leaders.get();
+  if (!parts_.local) {
+    // Alone on its host: the leaders' chunks one after another, as the
+    // other leaders run them.
+    for (size_t k = 0; k < chunks; ++k) {
+      const auto [data, n] = chunk(k);
+      leaders->allreduce(data, n, dtype, op);
+    }
+    return;
+  }
+  if (leaders && !courier_) courier_ = std::make_unique<Courier>();
+  if (leaders) courier_->begin();
+  auto reduce_here = [&](size_t k) {
+    const auto [data, n] = chunk(k);
+    parts_.local->allreduce(data, n, dtype, op);
+    if (leaders) courier_->post([leaders, data, n, dtype, op] { leaders->allreduce(data, n, dtype, op); });
+  };
+  auto broadcast_here = [&](size_t k) {
+    if (leaders) courier_->await(k + 1);
+    const auto [data, n] = chunk(k);
+    parts_.local->broadcast(data, n * element, 0);
+  };
+  try {
+    reduce_here(0);
+    for (size_t k = 1; k < chunks; ++k) {
+      reduce_here(k);
+      broadcast_here(k - 1);
+    }
+    broadcast_here(chunks - 1);
+  } catch (...) {
+    if (leaders) {
+      // The courier may still be inside a leaders' allreduce of `buf`:
+      // give the parts up so that it ends, and wait for it.
+      std::string reason = set_name_ + ": allreduce failed";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        reason = e.what();
+      }
+      abort_parts(reason);
+      courier_->drain();
+    }
+    throw;
+  }
 }
 
 // The host's inputs (in local order) make its block; the leaders gather

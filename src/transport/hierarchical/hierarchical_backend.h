@@ -48,7 +48,10 @@ struct Parts {
 // Inside a host the members use `local` (shared memory), between hosts
 // only the leaders talk, over `leaders` (Gloo or MPI):
 // - allreduce: local allreduce, leaders' allreduce, local broadcast from
-//   the leader (every member ends with the leader's bits);
+//   the leader (every member ends with the leader's bits); above
+//   kPipelineBytes in chunks, pipelined: while the leaders reduce chunk k
+//   between hosts (on a thread of the leader's, the courier), the host
+//   reduces chunk k + 1 and then broadcasts chunk k - 1;
 // - allgatherv: local allgatherv of the host's inputs, leaders' allgatherv
 //   of the hosts' blocks, put in set-rank order, local broadcast;
 // - broadcast: on the root's host a local broadcast from the root, then
@@ -65,7 +68,14 @@ struct Parts {
 // collectives fail at once. abort() aborts every part.
 class HierarchicalBackend final : public Backend {
  public:
+  // Allreduces above this many bytes are pipelined, in chunks of at least
+  // kPipelineChunkBytes and at most kMaxPipelineChunks of them.
+  static constexpr size_t kPipelineBytes = 2 << 20;
+  static constexpr size_t kPipelineChunkBytes = 1 << 20;
+  static constexpr size_t kMaxPipelineChunks = 16;
+
   HierarchicalBackend(std::vector<int> global_ranks, int rank, HostLayout layout, Parts parts);
+  ~HierarchicalBackend() override;
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(global_ranks_.size()); }
@@ -91,6 +101,10 @@ class HierarchicalBackend final : public Backend {
   void expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const;
   // A reused staging buffer of at least `bytes` (fresh pages are slow).
   uint8_t* staging(int which, size_t bytes);
+  void pipelined_allreduce(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
+
+  class Courier;
+  std::unique_ptr<Courier> courier_;  // a leader's, made at its first pipelined allreduce
 
   const std::vector<int> global_ranks_;
   const int rank_;

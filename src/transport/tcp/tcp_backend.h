@@ -2,13 +2,14 @@
 // other member (made and authenticated by make_tcp_backend_factory), and
 // collectives that run on the calling thread over non-blocking sockets.
 //
-//   allreduce   small buffers: recursive doubling (log2 n exchanges; with n
-//               not a power of two, the first ranks fold pairwise first);
-//               large: ring reduce-scatter then ring allgather, each block
-//               reduced as its bytes arrive. Every pair reduces in set-rank
-//               order, so every member ends with the same bits.
-//   broadcast   small: binomial tree; large: a chain from the root in which
-//               every member forwards each byte as it arrives.
+//   allreduce   up to kSmallBytes: recursive doubling (log2 n exchanges;
+//               with n not a power of two, the first ranks fold pairwise
+//               first); beyond: ring reduce-scatter then ring allgather,
+//               each block reduced as its bytes arrive. Every pair reduces
+//               in set-rank order, so every member ends with the same bits.
+//   broadcast   up to kSmallBytes (or between two members): binomial tree;
+//               beyond: a chain from the root in which every member
+//               forwards each byte as it arrives.
 //   allgatherv  ring.
 //   alltoallv   every pair at once.
 //   barrier     dissemination (log2 n rounds of one byte).
