@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "hora/errors.h"
+#include "util/caller_waits.h"
 #include "util/futex.h"
 #include "util/log.h"
 
@@ -76,8 +77,8 @@ struct ProgressPool::Worker {
   std::thread thread;
 };
 
-ProgressPool::ProgressPool(int resting, int max_threads)
-    : resting_(std::max(0, resting)), max_threads_(std::max(1, max_threads)) {
+ProgressPool::ProgressPool(int resting, int max_threads, std::chrono::microseconds descriptor_spin)
+    : resting_(std::max(0, resting)), max_threads_(std::max(1, max_threads)), descriptor_spin_(descriptor_spin) {
   auto descriptors = std::make_unique<Watch>();
   descriptors->epoll = epoll_create1(EPOLL_CLOEXEC);
   descriptors->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -292,7 +293,13 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
     }
     watch.sleeping = true;
     lock.unlock();
-    const int count = epoll_wait(watch.epoll, events, 64, timeout_ms);
+    int count = 0;
+    if (descriptor_spin_.count() > 0 && caller_waiting()) {
+      const auto spin_until = Clock::now() + descriptor_spin_;
+      while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until && caller_waiting()) {
+      }
+    }
+    if (count == 0) count = epoll_wait(watch.epoll, events, 64, timeout_ms);
     lock.lock();
     watch.sleeping = false;
     rung.clear();

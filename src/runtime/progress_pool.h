@@ -64,8 +64,13 @@ class ProgressPool {
   };
   struct Slot;
 
-  // `resting`: idle threads kept; `max_threads`: the most it starts.
-  explicit ProgressPool(int resting = 2, int max_threads = 64);
+  // `resting`: idle threads kept; `max_threads`: the most it starts;
+  // `descriptor_spin`: while a caller waits for an op, how long the thread
+  // that watches the sets' sockets looks for a message before it sleeps (a
+  // message is then most likely that op's next step, and costs no wake-up;
+  // zero where the ranks' threads outnumber the cores).
+  explicit ProgressPool(int resting = 2, int max_threads = 64,
+                        std::chrono::microseconds descriptor_spin = std::chrono::microseconds(100));
   ~ProgressPool();
   ProgressPool(const ProgressPool&) = delete;
   ProgressPool& operator=(const ProgressPool&) = delete;
@@ -133,6 +138,7 @@ class ProgressPool {
 
   const int resting_;
   const int max_threads_;
+  const std::chrono::microseconds descriptor_spin_;
   mutable std::mutex mutex_;
   std::condition_variable removed_;  // a slot stopped running
   // Guarded by mutex_.

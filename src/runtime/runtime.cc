@@ -46,7 +46,10 @@ Runtime::Runtime(RuntimeConfig config, std::shared_ptr<Store> store, std::unique
       store_(config_.epoch == 0 ? std::move(store)
                                 : make_prefix_store("epoch." + std::to_string(config_.epoch), std::move(store))),
       planner_(std::move(planner)),
-      pool_(config_.progress_pool && ProgressPool::supported() ? std::make_shared<ProgressPool>() : nullptr),
+      pool_(config_.progress_pool && ProgressPool::supported()
+                ? std::make_shared<ProgressPool>(2, 64, host_crowded(config_) ? std::chrono::microseconds(0)
+                                                                               : std::chrono::microseconds(100))
+                : nullptr),
       timeline_(std::make_shared<telemetry::Timeline>()),
       table_(std::make_unique<ProcessSetTable>()) {
   if (!config_.timeline_path.empty()) start_timeline(config_.timeline_path, config_.timeline_mark_cycles);

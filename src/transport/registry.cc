@@ -34,13 +34,17 @@ bool bootstraps_through_mpi(const RuntimeConfig& config) {
 
 }  // namespace
 
+bool host_crowded(const RuntimeConfig& config) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 0 && config.local_size > static_cast<int>(cores);
+}
+
 std::unique_ptr<BackendFactory> make_socket_backend_factory(const RuntimeConfig& config) {
   if (config.backend == "gloo") return make_gloo_backend_factory(config.hostname);
   TcpOptions options;
   options.hostname = config.hostname;
   options.link_timeout = config.link_timeout;
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (cores > 0 && config.local_size > static_cast<int>(cores)) options.spin = std::chrono::microseconds(2);
+  if (host_crowded(config)) options.spin = std::chrono::microseconds(2);
   return make_tcp_backend_factory(std::move(options));
 }
 

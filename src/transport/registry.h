@@ -27,6 +27,11 @@ struct JobTransport {
 // fit it.
 JobTransport open_job_transport(RuntimeConfig config);
 
+// Whether this host runs more of the job's ranks (config.local_size) than it
+// has cores: a thread that spins for a peer there takes the core the peer
+// needs, so waits spin only briefly.
+bool host_crowded(const RuntimeConfig& config);
+
 // The backend of a job whose ranks talk over sockets: Gloo when
 // `config.backend` is "gloo", else hora's own TCP, listening on
 // config.hostname; its waits spin only briefly when the host runs more
