@@ -180,7 +180,7 @@ std::vector<int> MpiBackend::as_int_counts(const char* name, const std::vector<s
   for (size_t i = 0; i < bytes.size(); ++i) {
     if (bytes[i] > kMaxCount || offset > kMaxCount) {
       throw InvalidArgument(set_name_ + ": " + name + " of more than " + std::to_string(kMaxCount) +
-                            " bytes per process set is beyond MPI's int counts; use the gloo backend");
+                            " bytes per process set is beyond MPI's int counts; use the tcp backend");
     }
     counts[i] = static_cast<int>(bytes[i]);
     (*displacements)[i] = static_cast<int>(offset);
