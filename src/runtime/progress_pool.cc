@@ -1,5 +1,6 @@
 #include "runtime/progress_pool.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -297,6 +298,7 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
     if (descriptor_spin_.count() > 0 && caller_waiting()) {
       const auto spin_until = Clock::now() + descriptor_spin_;
       while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until && caller_waiting()) {
+        sched_yield();  // the thread that would send the message may share this CPU
       }
     }
     if (count == 0) count = epoll_wait(watch.epoll, events, 64, timeout_ms);

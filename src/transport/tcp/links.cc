@@ -1,5 +1,6 @@
 #include "transport/tcp/links.h"
 
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -158,7 +159,13 @@ void Links::run(std::span<Move> moves, const char* what) {
       continue;
     }
     const auto spun = Clock::now() - last_progress;
-    if (spun < waiting_.spin && (spun < kUnwatchedSpin || caller_waiting())) continue;
+    if (spun < waiting_.spin && (spun < kUnwatchedSpin || caller_waiting())) {
+      // The peer this waits for may be queued behind this thread on the
+      // same CPU (the scheduler keeps threads that wake each other
+      // together): let it run.
+      sched_yield();
+      continue;
+    }
     sleep(moves, deadline, napped, what);
     last_progress = Clock::now();
     looks = 0;
