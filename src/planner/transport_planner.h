@@ -74,7 +74,7 @@ class TransportPlanner {
   TransportPlanner(std::unique_ptr<BackendFactory> network, PlannerOptions options);
   ~TransportPlanner();
 
-  // The network transport's name ("gloo", "mpi", "local").
+  // The network transport's name ("tcp", "gloo", "mpi", "local").
   std::string name() const;
   // Work this member may do for a set before the others have arrived
   // (publishing its host identity; with shared memory, making the set's

@@ -57,7 +57,7 @@ class SetTelemetry {
   SetTelemetry(int32_t set_id, std::vector<int> global_ranks, int set_rank, std::shared_ptr<Timeline> timeline);
   ~SetTelemetry();
 
-  // The set is connected over `transport` ("shm", "gloo", ...: names the
+  // The set is connected over `transport` ("shm", "tcp", "gloo", ...: names the
   // transport's phases); on the coordinator its lane appears in the
   // timeline. Before any op runs.
   void connected(const std::string& transport);
