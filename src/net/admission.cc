@@ -142,6 +142,13 @@ Socket join(const AddressRecord& record, const std::string& context, int rank, c
   options.cancelled = &cancelled;
   options.cancel_poll = cancel_poll;
   Socket socket = connect_to(host, port, peer, options);
+  // The listener sends its challenge once it admits members, which may be
+  // long after the connection is accepted: wait for it in slices, so that
+  // a cancelled connect gives up within about cancel_poll.
+  while (!wait_ready(socket.fd(), POLLIN, std::min(deadline, Clock::now() + cancel_poll))) {
+    if (cancelled) throw InvalidArgument(plane + ": connecting to " + peer + " was cancelled");
+    if (Clock::now() >= deadline) break;  // recv_exact below names the timeout
+  }
   std::array<uint8_t, kChallengeBytes> challenge;
   socket.recv_exact(challenge.data(), challenge.size(), deadline, peer);
   Nonce nonce;

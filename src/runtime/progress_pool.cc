@@ -295,10 +295,14 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
     watch.sleeping = true;
     lock.unlock();
     int count = 0;
-    if (descriptor_spin_.count() > 0 && caller_waiting()) {
+    if (descriptor_spin_.count() > 0 && timeout_ms != 0 && caller_waiting()) {
       const auto spin_until = Clock::now() + descriptor_spin_;
       while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until && caller_waiting()) {
         sched_yield();  // the thread that would send the message may share this CPU
+      }
+      if (count == 0 && due != Clock::time_point::max()) {
+        const auto left = std::chrono::ceil<milliseconds>(due - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
       }
     }
     if (count == 0) count = epoll_wait(watch.epoll, events, 64, timeout_ms);

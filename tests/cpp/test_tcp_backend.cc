@@ -5,9 +5,14 @@
 // under the "tcp" kind.)
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <stdexcept>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +23,7 @@
 #include "net/hello.h"
 #include "net/socket.h"
 #include "transport/backend.h"
+#include "transport/tcp/links.h"
 
 namespace hora {
 namespace {
@@ -108,6 +114,85 @@ TEST(TcpDataPlane, AMemberThatNeverPublishesIsNamedAtTheTimeout) {
   } catch (const Timeout& e) {
     EXPECT_NE(std::string(e.what()).find("global rank 2 did not publish its data address"), std::string::npos)
         << e.what();
+  }
+}
+
+TEST(TcpDataPlane, AJoinerWaitingForAChallengeGivesUpWhenCancelled) {
+  // Global rank 0's address leads to a listener that never admits anyone:
+  // the joiner's connection is accepted by the kernel and gets no challenge.
+  auto store = make_hash_store();
+  net::Listener silent("127.0.0.1");
+  store->set("tcp/address/0", net::encode_address_record({net::HelloKey{}, silent.address()}));
+  auto factory = make_tcp_backend_factory(TcpOptions{});
+  std::atomic<bool> cancelled{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    cancelled = true;
+  });
+  EXPECT_THROW(factory->create({0, 1}, 1, store, milliseconds(30'000), cancelled), InvalidArgument);
+  canceller.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
+}
+
+// Two members' links over a socket pair: rank 0 here, rank 1 played by the
+// test writing raw bytes into the other end.
+struct LinkedPair {
+  tcp_transport::Links links;
+  net::Socket far;
+
+  static LinkedPair make(milliseconds timeout) {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) throw std::runtime_error("socketpair");
+    std::vector<net::Socket> sockets(2);
+    sockets[1] = net::Socket(fds[0]);
+    tcp_transport::Waiting waiting;
+    waiting.timeout = timeout;
+    return LinkedPair{tcp_transport::Links({4, 9}, 0, std::move(sockets), waiting), net::Socket(fds[1])};
+  }
+  void send_far(size_t bytes) {
+    std::vector<uint8_t> data(bytes, 7);
+    far.send_all(data, net::Clock::now() + kWait, "the test");
+  }
+};
+
+TEST(TcpDataPlane, ARoundLastsAsLongAsBytesKeepMoving) {
+  auto pair = LinkedPair::make(milliseconds(300));
+  std::thread slow_peer([&] {
+    for (int piece = 0; piece < 4; ++piece) {
+      std::this_thread::sleep_for(milliseconds(150));
+      pair.send_far(100);
+    }
+  });
+  std::vector<uint8_t> into(400);
+  tcp_transport::Move receive[] = {tcp_transport::Move::from(1, into.data(), into.size())};
+  EXPECT_NO_THROW(pair.links.run(receive, "broadcast"));  // 600 ms in all, never 300 ms without a byte
+  slow_peer.join();
+
+  tcp_transport::Move stalled[] = {tcp_transport::Move::from(1, into.data(), into.size())};
+  try {
+    pair.links.run(stalled, "broadcast");
+    FAIL() << "a round without a byte ended";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("no byte moved for 300 ms"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("receiving from global rank 9"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpDataPlane, AReductionThatThrowsMidRoundGivesTheLinksUp) {
+  auto pair = LinkedPair::make(milliseconds(5000));
+  pair.send_far(64);
+  std::vector<uint8_t> into(64);
+  tcp_transport::Move receive[] = {tcp_transport::Move::from(1, into.data(), into.size())};
+  receive[0].arrived = [](void*, size_t) { throw std::runtime_error("no kernel for this op"); };
+  EXPECT_THROW(pair.links.run(receive, "allreduce"), std::runtime_error);
+  // The stream is out of step with the peer now: nothing may use it.
+  tcp_transport::Move again[] = {tcp_transport::Move::from(1, into.data(), into.size())};
+  try {
+    pair.links.run(again, "allreduce");
+    FAIL() << "the links were used after a round failed";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("no kernel for this op"), std::string::npos) << e.what();
   }
 }
 

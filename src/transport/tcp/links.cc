@@ -128,7 +128,8 @@ void Links::sleep(std::span<Move> moves, Clock::time_point deadline, bool& nappe
                    peer_name(move.peer) + " (" + std::to_string(move.done) + " of " + std::to_string(move.bytes) +
                    " bytes)";
     }
-    fail(set_name_ + ": " + what + " timed out after " + std::to_string(waiting_.timeout.count()) + " ms: " + waiting,
+    fail(set_name_ + ": " + what + " timed out: no byte moved for " + std::to_string(waiting_.timeout.count()) +
+             " ms: " + waiting,
          true);
   }
   auto nap = deadline - now;
@@ -144,31 +145,38 @@ void Links::sleep(std::span<Move> moves, Clock::time_point deadline, bool& nappe
 
 void Links::run(std::span<Move> moves, const char* what) {
   check_usable(what);
-  const auto deadline = Clock::now() + waiting_.timeout;
+  try {
+    progress(moves, what);
+  } catch (const Error&) {
+    throw;  // fail() or check_usable() broke the links already
+  } catch (const std::exception& e) {
+    // A reduction that threw mid-round leaves the streams out of step with
+    // the peers: no later round may use them.
+    abort(set_name_ + ": " + what + ": " + e.what());
+    throw;
+  }
+}
+
+void Links::progress(std::span<Move> moves, const char* what) {
   bool napped = false;
   auto last_progress = Clock::now();
   for (int looks = 0;; ++looks) {
-    if (pump(moves, what)) {
-      last_progress = Clock::now();
-      looks = 0;
-    }
+    if (pump(moves, what)) last_progress = Clock::now();
     if (std::all_of(moves.begin(), moves.end(), [](const Move& m) { return m.done == m.bytes; })) return;
     check_usable(what);
-    if ((looks & 15) != 15) {
-      cpu_relax();
-      continue;
-    }
-    const auto spun = Clock::now() - last_progress;
+    const auto now = Clock::now();
+    const auto spun = now - last_progress;
     if (spun < waiting_.spin && (spun < kUnwatchedSpin || caller_waiting())) {
       // The peer this waits for may be queued behind this thread on the
       // same CPU (the scheduler keeps threads that wake each other
-      // together): let it run.
-      sched_yield();
+      // together): now and then, let it run.
+      if ((looks & 15) == 15) sched_yield();
+      else cpu_relax();
       continue;
     }
-    sleep(moves, deadline, napped, what);
-    last_progress = Clock::now();
-    looks = 0;
+    // The round's timeout runs from its last progress, as long as bytes
+    // keep moving.
+    sleep(moves, last_progress + waiting_.timeout, napped, what);
   }
 }
 

@@ -48,7 +48,7 @@ struct Waiting {
   // Spin this long after the last progress while a caller waits for an op
   // (util/caller_waits.h; else only kUnwatchedSpin), then sleep in poll(2).
   std::chrono::nanoseconds spin{std::chrono::microseconds(200)};
-  std::chrono::milliseconds timeout{60'000};  // a whole round
+  std::chrono::milliseconds timeout{60'000};  // without a byte moving
 };
 
 class Links {
@@ -62,8 +62,9 @@ class Links {
   int size() const { return static_cast<int>(global_ranks_.size()); }
 
   // Runs every move until all are done. Throws PeerFailure when a peer's
-  // connection closes or breaks (or abort() was called), Timeout when the
-  // round outlasts the timeout; either breaks the links for good: every
+  // connection closes or breaks (or abort() was called), Timeout when no
+  // byte moves for the timeout; any failure (a reduction that throws too)
+  // breaks the links for good: every
   // connection is shut down, so that peers in a round with this member
   // fail too, and later rounds fail at once. `what` names the collective
   // in messages.
@@ -74,6 +75,7 @@ class Links {
   void abort(const std::string& reason);
 
  private:
+  void progress(std::span<Move> moves, const char* what);
   // One pass of non-blocking sends and receives; whether any byte moved.
   bool pump(std::span<Move> moves, const char* what);
   // Sleeps in poll(2) until a pending move can progress, abort() is called
