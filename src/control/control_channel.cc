@@ -47,10 +47,7 @@ std::unique_ptr<ControlChannel> ControlChannel::connect(const std::vector<int>& 
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(set_name + ": control plane: " + e.what());
     }
-    AddressRecord record;
-    const net::Nonce key = net::random_nonce();
-    std::copy(key.begin(), key.end(), record.key.begin());
-    record.address = listener->address();
+    const AddressRecord record = net::fresh_address_record(listener->address());
     store.set(kAddressKey, net::encode_address_record(record));
     net::AdmissionRules rules;
     rules.key = record.key;

@@ -67,7 +67,7 @@ bool ShmControlPlane::await_briefly() {
   const auto until = start + spin, unwatched_until = start + kUnwatchedSpin;
   for (int i = 0;; ++i) {
     if (ready()) return true;
-    shm::cpu_relax();
+    cpu_relax();
     if ((i & 31) != 31) continue;
     const auto now = Clock::now();
     if (now >= until || (now >= unwatched_until && !caller_waiting())) return false;

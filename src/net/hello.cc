@@ -18,6 +18,14 @@ Digest answer_mac(const HelloKey& key, const std::string& set, uint32_t rank, co
 
 }  // namespace
 
+AddressRecord fresh_address_record(const std::string& address) {
+  AddressRecord record;
+  const Nonce key = random_nonce();
+  std::copy(key.begin(), key.end(), record.key.begin());
+  record.address = address;
+  return record;
+}
+
 std::vector<uint8_t> encode_address_record(const AddressRecord& record) {
   std::vector<uint8_t> bytes(record.key.begin(), record.key.end());
   bytes.insert(bytes.end(), record.address.begin(), record.address.end());

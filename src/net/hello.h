@@ -51,6 +51,9 @@ struct AddressRecord {
   std::string address;  // "host:port"
 };
 
+// A record for a listener at `address` under a fresh random key.
+AddressRecord fresh_address_record(const std::string& address);
+
 std::vector<uint8_t> encode_address_record(const AddressRecord& record);
 // Throws DecodeError ("malformed control address record: ...") when
 // `bytes` is too short to hold a key and an address.

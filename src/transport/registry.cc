@@ -1,9 +1,10 @@
 #include "transport/registry.h"
 
-#include <thread>
+#include <algorithm>
 
 #include "hora/errors.h"
 #include "transport/mpi_plugin.h"
+#include "util/caller_waits.h"
 
 #ifndef HORA_WITH_MPI
 #define HORA_WITH_MPI 0
@@ -35,8 +36,7 @@ bool bootstraps_through_mpi(const RuntimeConfig& config) {
 }  // namespace
 
 bool host_crowded(const RuntimeConfig& config) {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores > 0 && config.local_size > static_cast<int>(cores);
+  return more_than_cores(static_cast<size_t>(std::max(config.local_size, 0)));
 }
 
 std::unique_ptr<BackendFactory> make_socket_backend_factory(const RuntimeConfig& config) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 
 namespace hora {
 
@@ -20,6 +21,22 @@ class CallerWaiting {
 
 // Whether some thread of this process waits for an op now.
 bool caller_waiting() noexcept;
+
+// Whether `threads` threads that may spin outnumber this host's CPUs (the
+// host's online CPUs, not this process's affinity: a launcher that binds
+// each rank to a core of its own, as mpirun does, leaves one CPU in the
+// mask while the ranks still run side by side). Then a waiter that spins
+// takes the core its peer needs, and waits spin only briefly.
+bool more_than_cores(size_t threads) noexcept;
+
+// A pause inside a spin loop.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 // The spin of a wait that no caller waits on: about one look, then sleep.
 inline constexpr auto kUnwatchedSpin = std::chrono::microseconds(2);

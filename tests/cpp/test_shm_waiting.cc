@@ -152,7 +152,7 @@ TEST_F(MemberSeats, ACrowdedWaiterMovesOffTheCpuTheMemberItWaitsForNeeds) {
   for (int k = 0; k < 2; ++k)
     busy.emplace_back([&] {
       pin_to(other);
-      while (!done.load()) shm::cpu_relax();
+      while (!done.load()) cpu_relax();
     });
   std::thread member([&] {
     pin_to(cpu);

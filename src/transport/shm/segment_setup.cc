@@ -11,6 +11,7 @@
 #include "hora/errors.h"
 #include "store/cancellable_wait.h"
 #include "transport/backend.h"
+#include "util/caller_waits.h"
 #include "util/log.h"
 
 namespace hora::shm {
@@ -246,14 +247,9 @@ std::string this_host_identity(const std::string& claimed) {
 
 ShmTuning tuning_for(size_t members, int host_ranks) {
   ShmTuning tuning;
-  // The host's CPUs, not this process's affinity: a launcher that binds
-  // each rank to a core of its own (mpirun does) leaves one CPU in the
-  // mask while the members still run side by side. Read once.
-  static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  // More members (or ranks of the job on this host) than cores: a
-  // spinning waiter takes the core its peer needs.
+  // More members (or ranks of the job on this host) than cores.
   const size_t busy = std::max(members, static_cast<size_t>(std::max(host_ranks, 0)));
-  if (cpus > 0 && busy > static_cast<size_t>(cpus)) tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
+  if (more_than_cores(busy)) tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
   return tuning;
 }
 

@@ -39,14 +39,6 @@ constexpr int kCrowdedLooksBeforeMove = 16;
 // widens by itself when the thread's cpuset grows.
 int move_off_this_cpu() noexcept;
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // One member's doorbell in a segment. Anyone may ring it; only threads of
 // the member sleep on it. A sleeper counts itself in `sleepers`, re-checks
 // its condition and sleeps on `word` (a futex shared between processes);

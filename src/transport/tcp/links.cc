@@ -20,12 +20,6 @@ namespace {
 // buffer in one call while the other direction waits.
 constexpr size_t kMostPerCall = 256 << 10;
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
 Links::Links(std::vector<int> global_ranks, int rank, std::vector<net::Socket> sockets, Waiting waiting)

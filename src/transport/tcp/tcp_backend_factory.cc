@@ -44,9 +44,7 @@ class TcpBackendFactory final : public BackendFactory {
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(plane + ": " + e.what());
       }
-      const net::Nonce key = net::random_nonce();
-      std::copy(key.begin(), key.end(), record.key.begin());
-      record.address = listener->address();
+      record = net::fresh_address_record(listener->address());
       set_store->set(address_key(rank), net::encode_address_record(record));
     }
     // Lower ranks first: each admits the higher ones once it has joined
