@@ -35,5 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check_fixed_point(bytes, hora::decode_member_message);
   check_fixed_point(bytes, hora::decode_coordinator_message);
   check_fixed_point(bytes, hora::decode_failure_message);
+  check_fixed_point(bytes, hora::decode_agreement_message);
   return 0;
 }

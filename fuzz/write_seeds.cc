@@ -87,6 +87,8 @@ void control_wire_seeds(const std::string& dir) {
   write(dir, "probe", encode(FailureMessage{FailureMessage::Stage::kProbe, {}, "why"}));
   write(dir, "goodbye", encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}));
   write(dir, "closed", encode(FailureMessage{FailureMessage::Stage::kClosed, {2}, "rank 2 left"}));
+  write(dir, "agreement_record", encode(AgreementMessage{AgreementMessage::Kind::kRecord, 3, 7, 2}));
+  write(dir, "agreement_drain", encode(AgreementMessage{AgreementMessage::Kind::kDrain, 0, 1, 0}));
 }
 
 void store_protocol_seeds(const std::string& dir) {

@@ -57,6 +57,10 @@ struct RuntimeConfig {
 
   // Sets whose members share a host use shared memory (HORA_SHM=0: never).
   bool shm = true;
+  // Sets without shared memory agree on cached ops by messages, without the
+  // coordinator's round trip (HORA_AGREEMENT=stream, the default); false:
+  // every op is negotiated (HORA_AGREEMENT=negotiated).
+  bool stream_agreement = true;
   // Every set of this rank is run by one pool of threads
   // (HORA_PROGRESS_POOL=0: a thread per set).
   bool progress_pool = true;

@@ -9,17 +9,17 @@
 // request of the same name that differs, or a member joined.
 //
 // Implementations: NegotiatedAgreement (every op through the coordinator;
-// the log holds only responses, in the order they arrive) and LaneAgreement
+// the log holds only responses, in the order they arrive), LaneAgreement
 // (members on one host: cached ops agreed in shared memory,
-// transport/shm/fast_lane.h). An agreement across hosts on cached ops
-// without a coordinator round trip (design/cross-host.md) is meant to be a
-// third: it decides slots below rows(), appends them to its log, and keeps
-// the diversion calls.
+// transport/shm/fast_lane.h) and StreamAgreement (members on several hosts:
+// cached ops agreed by messages, without the coordinator's round trip;
+// control/stream_agreement.h).
 //
 // Threads: submit() from caller threads; the log side (entry ... wake_drivers)
-// from whichever thread holds the executor role; response_received() and the
-// coordinator side from the set's engine thread. Nothing blocks except
-// wait_for_entry().
+// from whichever thread holds the executor role; response_received(),
+// received(), took_part() and the coordinator side from the set's engine
+// thread (took_part() also from the executor). Nothing blocks except
+// wait_for_entry() and the sends of an agreement that sends messages.
 #pragma once
 
 #include <cstddef>
@@ -91,6 +91,19 @@ class Agreement {
   // Whether a member submitted into a diverted slot since the last call.
   virtual bool take_drain_request() = 0;
   virtual RowState row_state(uint32_t slot) const = 0;
+
+  // For an agreement that speaks over the control plane (the defaults serve
+  // the others).
+  // Engine thread: an agreement message (coordinator/wire.h) from set rank
+  // `from`; Internal for one this agreement does not expect.
+  virtual void received(int from, const std::vector<uint8_t>& bytes);
+  // This member took part in an instance of the cached op in `slot` other
+  // than through submit(): it sent the op as a request, or stood in for it.
+  virtual void took_part(uint32_t slot) { (void)slot; }
+  // Coordinator's engine thread: runs `publish` (which sends responses and
+  // appends their entries) so that nothing this agreement sends comes
+  // between.
+  virtual void in_order(const std::function<void()>& publish) { publish(); }
 };
 
 }  // namespace hora::control

@@ -43,7 +43,7 @@ ControlKind read_header(Reader& r) {
   if (version != kWireVersion)
     r.fail("version", "got " + std::to_string(version) + ", expected " + std::to_string(kWireVersion));
   uint8_t kind = r.get<uint8_t>("kind");
-  if (kind < static_cast<uint8_t>(ControlKind::kMember) || kind > static_cast<uint8_t>(ControlKind::kFailure))
+  if (kind < static_cast<uint8_t>(ControlKind::kMember) || kind > static_cast<uint8_t>(ControlKind::kAgreement))
     r.fail("kind", "unknown message kind " + std::to_string(kind));
   return static_cast<ControlKind>(kind);
 }
@@ -201,6 +201,34 @@ FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes) {
   for (int32_t rank : m.missing)
     if (rank < 0) r.fail("missing ranks", "negative rank " + std::to_string(rank));
   m.reason = r.get_string("failure reason");
+  r.expect_end();
+  return m;
+}
+
+std::vector<uint8_t> encode(const AgreementMessage& message) {
+  Writer w;
+  put_header(w, ControlKind::kAgreement);
+  w.put<uint8_t>(static_cast<uint8_t>(message.kind));
+  w.put<uint32_t>(message.slot);
+  w.put<uint32_t>(message.instance);
+  w.put<int32_t>(message.member);
+  return w.take();
+}
+
+AgreementMessage decode_agreement_message(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  check_header(r, ControlKind::kAgreement);
+  AgreementMessage m;
+  const uint8_t kind = r.get<uint8_t>("agreement message kind");
+  if (kind < static_cast<uint8_t>(AgreementMessage::Kind::kRecord) ||
+      kind > static_cast<uint8_t>(AgreementMessage::Kind::kVoid))
+    r.fail("agreement message kind", "unknown value " + std::to_string(kind));
+  m.kind = static_cast<AgreementMessage::Kind>(kind);
+  m.slot = r.get<uint32_t>("agreement slot");
+  m.instance = r.get<uint32_t>("agreement instance");
+  if (m.instance == 0) r.fail("agreement instance", "0 (instances count from 1)");
+  m.member = r.get<int32_t>("agreement member");
+  if (m.member < 0) r.fail("agreement member", "negative rank " + std::to_string(m.member));
   r.expect_end();
   return m;
 }

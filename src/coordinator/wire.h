@@ -6,7 +6,8 @@
 // Every message starts with the same header: magic "HR" (u16), version (u8),
 // kind (u8). Version 2 added the failure messages (kind 3); version 3 the
 // requests a response carries for joined members, and the join op; version
-// 4 the goodbye and closed stages of the failure messages.
+// 4 the goodbye and closed stages of the failure messages; version 5 the
+// agreement messages (kind 4).
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,12 @@
 
 namespace hora {
 
-inline constexpr uint8_t kWireVersion = 4;
+inline constexpr uint8_t kWireVersion = 5;
 
 // The longest string a message carries (request names, error texts).
 inline constexpr uint32_t kMaxWireString = 64 * 1024;
 
-enum class ControlKind : uint8_t { kMember = 1, kCoordinator = 2, kFailure = 3 };
+enum class ControlKind : uint8_t { kMember = 1, kCoordinator = 2, kFailure = 3, kAgreement = 4 };
 
 // Member -> coordinator: new requests in full, plus the response-cache slots
 // of requests that equal a cached one (a bit vector on the wire).
@@ -53,14 +54,33 @@ struct FailureMessage {
   std::string reason;  // cut to 64 KiB when encoded
 };
 
+// Either direction: the agreement on cached ops of a set without a shared
+// segment (control/stream_agreement.h). `instance` counts the op's
+// instances (1 is the first after it was cached), the same on every member.
+// kRecord: a member submitted the op in `slot` (from a member: itself; from
+// the coordinator: `member`, 0 being the coordinator's own submission,
+// which is also the op's place in the set's order). kDrain (coordinator):
+// that place is void, the coordinator negotiates the op. kVoidQuery
+// (coordinator): will this member submit that instance through the
+// agreement? kVoid (member): it will not.
+struct AgreementMessage {
+  enum class Kind : uint8_t { kRecord = 1, kDrain = 2, kVoidQuery = 3, kVoid = 4 };
+  Kind kind = Kind::kRecord;
+  uint32_t slot = 0;
+  uint32_t instance = 0;
+  int32_t member = 0;
+};
+
 // The kind of an encoded message; throws Internal unless the header is valid.
 ControlKind control_kind(const std::vector<uint8_t>& bytes);
 
 std::vector<uint8_t> encode(const MemberMessage& message);
 std::vector<uint8_t> encode(const CoordinatorMessage& message);
 std::vector<uint8_t> encode(const FailureMessage& message);
+std::vector<uint8_t> encode(const AgreementMessage& message);
 MemberMessage decode_member_message(const std::vector<uint8_t>& bytes);
 CoordinatorMessage decode_coordinator_message(const std::vector<uint8_t>& bytes);
 FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes);
+AgreementMessage decode_agreement_message(const std::vector<uint8_t>& bytes);
 
 }  // namespace hora

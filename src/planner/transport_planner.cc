@@ -10,6 +10,7 @@
 #include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/attachment.h"
 #include "transport/shm/shm_backend.h"
+#include "util/caller_waits.h"
 
 namespace hora {
 namespace {
@@ -103,6 +104,7 @@ PlannerOptions planner_options(const RuntimeConfig& config) {
     options.shm = ShmOptions{config.shm, config.shm_slot_bytes, config.host_identity, config.local_size, config.size};
   options.hostname = config.hostname;
   options.link_timeout = config.link_timeout;
+  options.stream_agreement = config.stream_agreement;
   return options;
 }
 
@@ -214,7 +216,7 @@ SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& glo
       return std::move(shared->backend);
     return network(ranks, me, std::move(store));
   };
-  SetTransports transports;
+  SetTransports transports = network_transports();
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
   transports.backend = hierarchical::make_hierarchical_backend(global_ranks, rank, hierarchical::plan_hosts(identities),
                                                                set_store, local, network);
@@ -228,9 +230,19 @@ SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& glo
 SetTransports TransportPlanner::connect_network(const std::vector<int>& global_ranks, int rank,
                                                 std::shared_ptr<Store> set_store, milliseconds timeout,
                                                 const std::atomic<bool>& cancelled) const {
-  SetTransports transports;
+  SetTransports transports = network_transports();
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
   transports.backend = network_->create(global_ranks, global_ranks[rank], set_store, timeout, cancelled);
+  return transports;
+}
+
+// A set on the network control plane: its agreement, whose drivers spin
+// only briefly where this host's ranks outnumber its cores.
+SetTransports TransportPlanner::network_transports() const {
+  SetTransports transports;
+  transports.stream_agreement = options_.stream_agreement;
+  if (options_.shm && options_.shm->host_ranks > 0 && more_than_cores(static_cast<size_t>(options_.shm->host_ranks)))
+    transports.agreement_spin = kUnwatchedSpin;
   return transports;
 }
 

@@ -30,6 +30,12 @@ struct SetTransports {
   // owned with the segment by `backend` and `control`, valid while either
   // lives.
   shm::FastLane* fast_lane = nullptr;
+  // Without a fast lane: cached ops are agreed by messages without the
+  // coordinator's round trip (control/stream_agreement.h), drivers looking
+  // for their entry this long before they sleep; false: every op is
+  // negotiated (HORA_AGREEMENT=negotiated).
+  bool stream_agreement = true;
+  std::chrono::nanoseconds agreement_spin{std::chrono::microseconds(100)};
 };
 
 // What a planner may do with shared memory.
@@ -52,6 +58,9 @@ struct PlannerOptions {
   // Its connections to a host that answers nothing for this long break
   // (net::watch_liveness; 0: never).
   std::chrono::milliseconds link_timeout{0};
+  // Sets without a fast lane agree on cached ops without the coordinator
+  // (SetTransports::stream_agreement).
+  bool stream_agreement = true;
 };
 
 // The options a job's RuntimeConfig asks for: shared memory for a job of
@@ -106,6 +115,7 @@ class TransportPlanner {
                                      const std::atomic<bool>& cancelled) const;
   SetTransports connect_network(const std::vector<int>& global_ranks, int rank, std::shared_ptr<Store> set_store,
                                 std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) const;
+  SetTransports network_transports() const;
   std::unique_ptr<ControlPlane> network_control(const std::vector<int>& global_ranks, int rank, Store& store,
                                                 std::chrono::milliseconds timeout,
                                                 const std::atomic<bool>& cancelled) const;

@@ -58,6 +58,8 @@ void CoordinatorLoop::on_message(const ControlMessage& message, Clock::time_poin
       break;
     case ControlKind::kFailure:
       return on_failure_message(message.from, decode_failure_message(message.bytes), now);
+    case ControlKind::kAgreement:
+      throw Internal("an agreement message from " + who + " reached the coordinator loop");
   }
   throw Internal("a coordinator message from set rank " + std::to_string(message.from) + " reached set rank 0");
 }

@@ -56,8 +56,11 @@ void Executor::drive(const Work& work) {
   const std::function<bool()> give_up = [&] { return work.finished() || failing_.load() || stopping_.load(); };
   bool failed = false;
   try {
-    while (!give_up()) {
+    while (!work.finished() && !stopping_) {
       std::optional<Agreement::Entry> entry = agreement().entry(next_entry_);
+      // A set that a member left cleanly still runs what every member
+      // agreed on before (the member that left ran it).
+      if (failing_ && (!entry || !finish_agreed_)) break;
       if (!entry) {
         agreement().wait_for_entry(next_entry_, give_up);
         continue;
@@ -158,6 +161,7 @@ void Executor::execute(Response response) {
     if (given_up && !mine) {
       // Its unnamed ops keep the names the others give theirs.
       joins_.stood_in(response.op, response.names[i]);
+      took_part(response, i);
       continue;
     }
     std::optional<TensorEntry> own = queue_.try_take(response.names[i]);
@@ -192,6 +196,7 @@ TensorEntry Executor::stand_in(const Response& response, size_t index) {
   const std::string& name = response.names[index];
   if (!joins_.joined()) throw Internal("the coordinator scheduled '" + name + "', which this rank never submitted");
   joins_.stood_in(response.op, name);
+  took_part(response, index);
   TensorEntry entry;
   entry.stand_in = true;
   entry.work = std::make_shared<Work>();
@@ -199,6 +204,15 @@ TensorEntry Executor::stand_in(const Response& response, size_t index) {
   else if (response.error.empty())
     throw Internal("the coordinator scheduled '" + name + "' for a joined rank without describing it");
   return entry;
+}
+
+// This member stood in for the response's op `index`: the agreement counts
+// the instance when the op is one it decides (not the instance that caches
+// it, which no member counts).
+void Executor::took_part(const Response& response, size_t index) {
+  if (index < response.cache.size() && response.cache[index]) return;
+  const int32_t slot = cache_->slot_of(response.names[index]);
+  if (slot >= 0 && static_cast<size_t>(slot) < agreement().rows()) agreement().took_part(static_cast<uint32_t>(slot));
 }
 
 // Every member has joined: this member's join op completes with the global
@@ -226,6 +240,21 @@ void Executor::remember_cached(const Response& response) {
       throw Internal("the fast lane's cache mirror disagrees with the response cache at slot " + std::to_string(slot));
     slot_by_name_[request.name] = slot;
     cached_requests_.push_back(request);
+  }
+}
+
+// Drivers run what the log holds and leave; this thread runs what is left
+// there (the engine thread no longer runs).
+void Executor::finish_agreed() {
+  if (!links_) return;
+  finish_agreed_ = true;
+  give_up();
+  std::lock_guard<std::mutex> role(role_);
+  try {
+    while (std::optional<Agreement::Entry> entry = agreement().entry(next_entry_))
+      if (!run_entry(*entry, true)) break;
+  } catch (const std::exception&) {
+    // The op stays in running_: the set's verdict fails it.
   }
 }
 

@@ -84,6 +84,10 @@ class Executor {
 
   // The set is failing: drivers give up their role.
   void give_up();
+  // A member left the set cleanly, having run the log's entries: drivers
+  // and then the calling thread (the engine thread has stopped) run the
+  // entries in this member's log, before the set fails what is left.
+  void finish_agreed();
   // Fails the op being run (its collective threw, or the set stopped).
   void fail_running(std::exception_ptr error);
   void wake_drivers();
@@ -96,6 +100,7 @@ class Executor {
   void execute(Response response);
   TensorEntry stand_in(const Response& response, size_t index);
   void finish_join(const Response& response);
+  void took_part(const Response& response, size_t index);
   void remember_cached(const Response& response);
   void update_engine_watch();
 
@@ -120,6 +125,7 @@ class Executor {
   std::atomic<int64_t> agreed_pending_{0};  // agreed ops submitted here and not run yet
   std::atomic<int> drivers_{0};             // callers inside drive()
   std::atomic<bool> failing_{false};        // drivers give up their role
+  std::atomic<bool> finish_agreed_{false};  // after the entries in the log
   // The cached requests the agreement decides, by name, for submitters:
   // the response cache's first rows() slots, in the order of the responses.
   std::mutex cached_mutex_;

@@ -51,6 +51,8 @@ std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
     case ControlKind::kFailure:
       on_failure_message(decode_failure_message(message.bytes));
       return {};
+    case ControlKind::kAgreement:
+      throw Internal("an agreement message reached set rank " + std::to_string(options_.rank) + "'s member loop");
   }
   throw Internal("a member message reached set rank " + std::to_string(options_.rank));
 }

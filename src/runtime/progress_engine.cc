@@ -99,6 +99,9 @@ void ProgressEngine::conclude_failure() {
   FailureProtocol protocol(options_, *links_, stopping_);
   // A set that a member left cleanly is closed, unless ops of this rank
   // were still waiting in it: those are lost, and it counts as broken.
+  // A member that leaves cleanly ran every op agreed before it left: so
+  // does this one.
+  if (failed->left) executor_.finish_agreed();
   const bool lost_ops = queue_.oldest_submission().has_value();
   const bool closed = failed->left && !lost_ops;
   const std::string message = coordinator_ ? protocol.conclude(std::move(*failed), coordinator_->closed(),
@@ -196,6 +199,7 @@ void ProgressEngine::record_failure(const std::exception& e) {
 // returns when the loop must look again even if no message arrives.
 ProgressEngine::Clock::time_point ProgressEngine::step() {
   std::vector<Request> fresh = queue_.take_new();
+  note_requests(fresh);
   auto now = Clock::now();
   if (coordinator_) {
     if (!fresh.empty()) coordinator_->submit_local(std::move(fresh), now);
@@ -214,7 +218,20 @@ ProgressEngine::Clock::time_point ProgressEngine::step() {
   return std::min(now + (holding ? milliseconds{1} : kLongestSleep), next_inspection_);
 }
 
+// Requests named like a cached op the agreement decides are instances of
+// it that this member takes part in through the coordinator.
+void ProgressEngine::note_requests(const std::vector<Request>& fresh) {
+  control::Agreement& agreement = links_->agreement();
+  const ResponseCache& cache = coordinator_ ? coordinator_->cache() : member_->cache();
+  for (const Request& request : fresh) {
+    const int32_t slot = cache.slot_of(request.name);
+    if (slot >= 0 && static_cast<size_t>(slot) < agreement.rows()) agreement.took_part(static_cast<uint32_t>(slot));
+  }
+}
+
 void ProgressEngine::on_message(const ControlMessage& message) {
+  if (!message.closed && control_kind(message.bytes) == ControlKind::kAgreement)
+    return links_->agreement().received(message.from, message.bytes);
   if (coordinator_) coordinator_->on_message(message, Clock::now());
   else executor_.deliver(member_->on_message(message));
 }
@@ -223,8 +240,10 @@ void ProgressEngine::on_message(const ControlMessage& message) {
 void ProgressEngine::dispatch(Clock::time_point now) {
   CoordinatorLoop::Dispatch ready = coordinator_->dispatch(now);
   if (ready.responses.empty()) return;
-  for (int member = 1; member < options_.size(); ++member) links_->send(member, ready.bytes);
-  coordinator_->committed(ready, now);
+  links_->agreement().in_order([&] {
+    for (int member = 1; member < options_.size(); ++member) links_->send(member, ready.bytes);
+    coordinator_->committed(ready, now);
+  });
   executor_.deliver(std::move(ready.responses));
 }
 

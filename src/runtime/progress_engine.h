@@ -129,6 +129,7 @@ class ProgressEngine final : public WorkDriver,
   bool connect_links(const Connect& connect);
   void serve();
   Clock::time_point step();
+  void note_requests(const std::vector<Request>& fresh);
   void on_message(const ControlMessage& message);
   void conclude_failure();
   void dispatch(Clock::time_point now);

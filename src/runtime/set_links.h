@@ -2,7 +2,8 @@
 // through, in one place: the data plane (a Backend), the control plane
 // (send/receive/wake of ControlMessages) and the agreement on ready ops
 // (control/agreement.h: the shared-memory fast lane when the set has one,
-// else negotiation through the coordinator), as the planner made them
+// else messages beside the negotiation, or negotiation alone), as the
+// planner made them
 // (planner/transport_planner.h).
 //
 // Threads: data() from the executor, receive() and control() from the
@@ -26,8 +27,8 @@ namespace hora {
 
 class SetLinks {
  public:
-  // The agreement is the set's fast lane when it has one, else
-  // negotiation through the coordinator.
+  // The agreement is the set's fast lane when it has one, else the stream
+  // agreement (unless the planner says every op is negotiated).
   explicit SetLinks(SetTransports transports);
   // An agreement of the caller's choice (`fast_lane`: it is agreed in
   // shared memory).

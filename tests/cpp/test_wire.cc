@@ -472,7 +472,8 @@ TEST(WireTest, ControlKindNamesEveryMessageAndRefusesBadHeaders) {
   EXPECT_EQ(control_kind(encode(CoordinatorMessage{})), ControlKind::kCoordinator);
   EXPECT_EQ(control_kind(encode(FailureMessage{})), ControlKind::kFailure);
   EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion}).find("truncated"), std::string::npos);
-  EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion, 4}).find("unknown message kind 4"),
+  EXPECT_EQ(control_kind(encode(AgreementMessage{})), ControlKind::kAgreement);
+  EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion, 5}).find("unknown message kind 5"),
             std::string::npos);
   EXPECT_NE(decode_error(control_kind, Bytes{0x48, 0x52, kWireVersion, 0}).find("kind"), std::string::npos);
   // A version 1 peer (before failure messages existed) is refused by name.
