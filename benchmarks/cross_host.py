@@ -15,6 +15,8 @@ Peers, each its own job started through `horarun --launch-agent
 - hora: hora under horarun (its own TCP data plane between hosts, shared
   memory inside one);
 - hora-gloo: the same with Gloo between hosts (HORA_BACKEND=gloo);
+- hora-negotiated: hora with every op negotiated through the coordinator
+  (HORA_AGREEMENT=negotiated: no agreement on repeated ops between hosts);
 - hora-mpi: hora under mpirun (MPI between hosts).
 Every rank times in-place float32 Sum allreduces after a warm-up; a size's
 figure is the slowest rank's median, and each peer's figure the median over
@@ -86,7 +88,8 @@ def run_peer(peer, per_host, sizes):
             "--sizes", ",".join(map(str, sizes))]
     cluster_env = {k: ENV[k] for k in ("HORA_CLUSTER", "HORA_CLUSTER_SUBNET")}
     backend = {"hora-mpi": "mpi", "hora-gloo": "gloo"}.get(peer, "tcp")
-    per_rank = run_job(2 * per_host, argv, dict(cluster_env, HORA_BACKEND=backend),
+    agreement = "negotiated" if peer == "hora-negotiated" else "stream"
+    per_rank = run_job(2 * per_host, argv, dict(cluster_env, HORA_BACKEND=backend, HORA_AGREEMENT=agreement),
                        mpi=peer in ("mpi4py", "hora-mpi"), timeout=1800, launcher_args=launcher, cwd=REPO,
                        what=f"{peer} on {per_host}+{per_host} ranks")
     return {n: max(r[str(n)] for r in per_rank) for n in sizes}
@@ -110,7 +113,7 @@ def main():
     parser.add_argument("--rates", nargs="*", default=list(RATES), choices=list(RATES), help="link limits")
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--peers", default="hora,hora-mpi,mpi4py,torch",
-                        help="comma-separated, from hora, hora-gloo, hora-mpi, mpi4py, torch")
+                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-mpi, mpi4py, torch")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
