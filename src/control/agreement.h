@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -36,9 +37,13 @@ class Agreement {
   static constexpr uint32_t kEngine = 1;
   static constexpr uint32_t kDriver = 2;
 
+  // Every member's input of a small allreduce, by set rank, where the
+  // agreement carried them (submit_carrying()).
+  using Carried = std::vector<std::vector<uint8_t>>;
   struct Entry {
     bool response = false;  // the coordinator's next response
     uint32_t slot = 0;      // else: the cached op in this slot
+    std::shared_ptr<const Carried> carried;  // null: the data plane reduces
   };
   enum class Outcome {
     kWaiting,   // recorded; other members have not submitted yet
@@ -59,6 +64,15 @@ class Agreement {
   virtual size_t rows() const = 0;
   // Caller threads: this member submits the cached op in `slot` (< rows()).
   virtual Outcome submit(uint32_t slot) = 0;
+  // The most input an agreement carries with a submission (0: none).
+  virtual size_t max_carried_bytes() const { return 0; }
+  // submit() with this member's input of an allreduce (at most
+  // max_carried_bytes(), the same size on every member): the entry carries
+  // every member's, unless a member's record came without.
+  virtual Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+    (void)data;
+    return submit(slot);
+  }
 
   // Executor: the entry at log position `index`, once appended.
   virtual std::optional<Entry> entry(uint64_t index) const = 0;

@@ -49,23 +49,37 @@ StreamAgreement::Place* StreamAgreement::open_place(uint32_t slot, uint32_t inst
 
 // Adds a record of `instance`; records of instances before `floor` (this
 // member's own count: those instances ended here) are stale and go.
-void StreamAgreement::keep(std::deque<uint32_t>& records, uint32_t instance, uint32_t floor) {
-  while (!records.empty() && records.front() < floor) records.pop_front();
-  if (instance >= floor) records.push_back(instance);
+void StreamAgreement::keep(std::deque<Record>& records, Record record, uint32_t floor) {
+  while (!records.empty() && records.front().instance < floor) records.pop_front();
+  if (record.instance >= floor) records.push_back(std::move(record));
 }
 
-// Whether every member's record of the place's instance is here; uses them
-// when so. Older records are stale (their instances ended) and go.
-bool StreamAgreement::complete(const Place& place) {
+bool StreamAgreement::holds(const std::deque<Record>& records, uint32_t instance) {
+  return std::any_of(records.begin(), records.end(), [&](const Record& r) { return r.instance == instance; });
+}
+
+// The place's entry once every member's record of its instance is here
+// (using them up), with every member's input where all carried one of the
+// same size. Older records are stale (their instances ended) and go.
+std::optional<Agreement::Entry> StreamAgreement::complete(Place& place) {
   Row& r = rows_[place.slot];
   for (int member = 1; member < size_; ++member) {
-    std::deque<uint32_t>& records = r.records[member];
-    while (!records.empty() && records.front() < place.instance) records.pop_front();
-    if (records.empty() || records.front() != place.instance) return false;
+    std::deque<Record>& records = r.records[member];
+    while (!records.empty() && records.front().instance < place.instance) records.pop_front();
+    if (records.empty() || records.front().instance != place.instance) return std::nullopt;
   }
-  for (int member = 1; member < size_; ++member) r.records[member].pop_front();
+  Entry entry{false, place.slot, nullptr};
+  auto carried = std::make_shared<Carried>();
+  carried->push_back(std::move(place.data));
+  for (int member = 1; member < size_; ++member) {
+    carried->push_back(std::move(r.records[member].front().data));
+    r.records[member].pop_front();
+  }
+  const size_t bytes = carried->front().size();
+  if (bytes > 0 && std::all_of(carried->begin(), carried->end(), [&](const auto& d) { return d.size() == bytes; }))
+    entry.carried = std::move(carried);
   ++r.completions;
-  return true;
+  return entry;
 }
 
 // Moves the settled head of the places into the log: responses, completed
@@ -73,10 +87,14 @@ bool StreamAgreement::complete(const Place& place) {
 void StreamAgreement::settle() {
   const uint64_t before = settled_.load();
   while (!places_.empty()) {
-    const Place& place = places_.front();
-    if (place.response) entries_.push_back(Entry{true, 0});
-    else if (!place.void_ && complete(place)) entries_.push_back(Entry{false, place.slot});
-    else if (!place.void_) break;
+    Place& place = places_.front();
+    if (place.response) {
+      entries_.push_back(Entry{true, 0, nullptr});
+    } else if (!place.void_) {
+      std::optional<Entry> entry = complete(place);
+      if (!entry) break;
+      entries_.push_back(std::move(*entry));
+    }
     places_.pop_front();
   }
   settled_ = base_ + entries_.size();
@@ -103,7 +121,8 @@ void StreamAgreement::send_all(const AgreementMessage& message, int except) {
   }
 }
 
-Agreement::Outcome StreamAgreement::submit(uint32_t slot) {
+Agreement::Outcome StreamAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+  if (data.size() > max_carried_bytes()) data.clear();
   std::lock_guard<std::recursive_mutex> stream(stream_);
   std::unique_lock<std::mutex> lock(mutex_);
   Row& r = row(slot, "a submission");
@@ -116,10 +135,11 @@ Agreement::Outcome StreamAgreement::submit(uint32_t slot) {
     wake_engine_();
     return Outcome::kDiverted;
   }
+  AgreementMessage record{Kind::kRecord, slot, instance, rank_, data};
   if (rank_ == 0) {
-    places_.push_back(Place{false, slot, instance, false});
+    places_.push_back(Place{false, slot, instance, false, std::move(data)});
   } else {
-    keep(r.records[rank_], instance, instance);
+    keep(r.records[rank_], Record{instance, std::move(data)}, instance);
     r.recorded.push_back(instance);
     if (r.recorded.size() > kRecordedKept) r.recorded.pop_front();
   }
@@ -127,8 +147,8 @@ Agreement::Outcome StreamAgreement::submit(uint32_t slot) {
   const bool appended = settled_.load() != before;
   const bool engine_watches = (watchers_.load() & kEngine) != 0;
   lock.unlock();
-  if (rank_ == 0) send_all(AgreementMessage{Kind::kRecord, slot, instance, 0}, -1);
-  else send_to(0, AgreementMessage{Kind::kRecord, slot, instance, rank_});
+  if (rank_ == 0) send_all(record, -1);
+  else send_to(0, record);
   if (appended && engine_watches) wake_engine_();
   return appended ? Outcome::kAppended : Outcome::kWaiting;
 }
@@ -182,14 +202,14 @@ void StreamAgreement::wake_drivers() const {
 
 void StreamAgreement::response_received() {
   std::lock_guard<std::mutex> lock(mutex_);
-  places_.push_back(Place{true, 0, 0, false});
+  places_.push_back(Place{true, 0, 0, false, {}});
   settle();
 }
 
 void StreamAgreement::append_response() {
   std::lock_guard<std::recursive_mutex> stream(stream_);
   std::lock_guard<std::mutex> lock(mutex_);
-  places_.push_back(Place{true, 0, 0, false});
+  places_.push_back(Place{true, 0, 0, false, {}});
   settle();
 }
 
@@ -205,29 +225,30 @@ void StreamAgreement::took_part(uint32_t slot) {
 }
 
 void StreamAgreement::received(int from, const std::vector<uint8_t>& bytes) {
-  const AgreementMessage message = decode_agreement_message(bytes);
+  AgreementMessage message = decode_agreement_message(bytes);
   std::lock_guard<std::recursive_mutex> stream(stream_);
   if (rank_ == 0) {
     if (from < 1 || from >= size_) throw Internal("an agreement message from set rank " + std::to_string(from));
-    on_member(from, message);
+    on_member(from, std::move(message));
   } else {
     if (from != 0)
       throw Internal("an agreement message from set rank " + std::to_string(from) + " reached set rank " +
                      std::to_string(rank_));
-    on_coordinator(message);
+    on_coordinator(std::move(message));
   }
 }
 
 // A member: the coordinator's stream.
-void StreamAgreement::on_coordinator(const AgreementMessage& message) {
+void StreamAgreement::on_coordinator(AgreementMessage message) {
   std::lock_guard<std::mutex> lock(mutex_);
   Row& r = row(message.slot, "the coordinator's agreement message");
   switch (message.kind) {
     case Kind::kRecord:
       if (message.member < 0 || message.member >= size_ || message.member == rank_)
         throw Internal("the coordinator relayed a record of set rank " + std::to_string(message.member));
-      if (message.member == 0) places_.push_back(Place{false, message.slot, message.instance, false});
-      else keep(r.records[message.member], message.instance, r.instances);
+      if (message.member == 0)
+        places_.push_back(Place{false, message.slot, message.instance, false, std::move(message.data)});
+      else keep(r.records[message.member], Record{message.instance, std::move(message.data)}, r.instances);
       break;
     case Kind::kDrain:
       if (Place* place = open_place(message.slot, message.instance)) place->void_ = true;
@@ -237,7 +258,7 @@ void StreamAgreement::on_coordinator(const AgreementMessage& message) {
       // completes. Otherwise it never comes through the agreement.
       if (std::find(r.recorded.begin(), r.recorded.end(), message.instance) != r.recorded.end()) break;
       if (Place* place = open_place(message.slot, message.instance)) place->void_ = true;
-      send_to(0, AgreementMessage{Kind::kVoid, message.slot, message.instance, rank_});
+      send_to(0, AgreementMessage{Kind::kVoid, message.slot, message.instance, rank_, {}});
       break;
     }
     case Kind::kVoid:
@@ -247,10 +268,14 @@ void StreamAgreement::on_coordinator(const AgreementMessage& message) {
 }
 
 // The coordinator: a member's record or void answer.
-void StreamAgreement::on_member(int from, const AgreementMessage& message) {
+void StreamAgreement::on_member(int from, AgreementMessage message) {
   if (message.kind == Kind::kRecord) {
     if (message.slot >= kRows) row(message.slot, "an agreement message");  // throws
-    send_all(AgreementMessage{Kind::kRecord, message.slot, message.instance, from}, from);
+    if (message.data.size() > max_carried_bytes())
+      throw Internal("set rank " + std::to_string(from) + " carried " + std::to_string(message.data.size()) +
+                     " bytes, more than this set's " + std::to_string(max_carried_bytes()));
+    message.member = from;
+    send_all(message, from);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   Row& r = row(message.slot, "an agreement message");
@@ -261,27 +286,26 @@ void StreamAgreement::on_member(int from, const AgreementMessage& message) {
         drain_request_ = true;
         return;
       }
-      r.records[from].push_back(message.instance);
+      r.records[from].push_back(Record{message.instance, std::move(message.data)});
       break;
     }
     case Kind::kVoid: {
       Place* place = open_place(message.slot, message.instance);
-      std::deque<uint32_t>& records = r.records[from];
-      if (!place || std::find(records.begin(), records.end(), message.instance) != records.end()) return;
+      if (!place || holds(r.records[from], message.instance)) return;
       // The place cannot complete: void it everywhere and hand over the
       // submissions it held.
       place->void_ = true;
       r.handed.push_back(0);
       for (int member = 1; member < size_; ++member) {
-        std::deque<uint32_t>& held = r.records[member];
-        auto it = std::find(held.begin(), held.end(), message.instance);
+        std::deque<Record>& held = r.records[member];
+        auto it = std::find_if(held.begin(), held.end(), [&](const Record& k) { return k.instance == message.instance; });
         if (it == held.end()) continue;
         held.erase(it);
         r.handed.push_back(member);
       }
       r.querying = 0;
       drain_request_ = true;
-      send_all(AgreementMessage{Kind::kDrain, message.slot, message.instance, 0}, -1);
+      send_all(AgreementMessage{Kind::kDrain, message.slot, message.instance, 0, {}}, -1);
       break;
     }
     case Kind::kDrain:
@@ -302,9 +326,9 @@ std::vector<int> StreamAgreement::divert(uint32_t slot) {
   // Records of an instance without a place here are the coordinator's to
   // negotiate; a place's own wait for it.
   for (int member = 1; member < size_; ++member) {
-    std::deque<uint32_t>& records = r.records[member];
+    std::deque<Record>& records = r.records[member];
     for (auto it = records.begin(); it != records.end();) {
-      if (place && *it == place->instance) {
+      if (place && it->instance == place->instance) {
         ++it;
         continue;
       }
@@ -314,11 +338,9 @@ std::vector<int> StreamAgreement::divert(uint32_t slot) {
   }
   if (place && r.querying != place->instance) {
     r.querying = place->instance;
-    for (int member = 1; member < size_; ++member) {
-      const std::deque<uint32_t>& records = r.records[member];
-      if (std::find(records.begin(), records.end(), place->instance) == records.end())
-        send_to(member, AgreementMessage{Kind::kVoidQuery, slot, place->instance, 0});
-    }
+    for (int member = 1; member < size_; ++member)
+      if (!holds(r.records[member], place->instance))
+        send_to(member, AgreementMessage{Kind::kVoidQuery, slot, place->instance, 0, {}});
   }
   std::sort(handed.begin(), handed.end());
   handed.erase(std::unique(handed.begin(), handed.end()), handed.end());

@@ -61,8 +61,14 @@ class StreamAgreement final : public Agreement {
   // for an entry before it sleeps.
   StreamAgreement(int rank, int size, Send send, std::function<void()> wake_engine, std::chrono::nanoseconds spin);
 
+  // Members beyond which records carry no input (the coordinator relays
+  // each to every member).
+  static constexpr int kMaxCarryingMembers = 8;
+
   size_t rows() const override { return kRows; }
-  Outcome submit(uint32_t slot) override;
+  Outcome submit(uint32_t slot) override { return submit_carrying(slot, {}); }
+  size_t max_carried_bytes() const override { return size_ <= kMaxCarryingMembers ? kMaxCarriedBytes : 0; }
+  Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) override;
 
   std::optional<Entry> entry(uint64_t index) const override;
   void set_consumed(uint64_t next) override;
@@ -92,12 +98,17 @@ class StreamAgreement final : public Agreement {
     uint32_t slot = 0;
     uint32_t instance = 0;
     bool void_ = false;
+    std::vector<uint8_t> data;  // the coordinator's input, where carried
+  };
+  struct Record {
+    uint32_t instance = 0;
+    std::vector<uint8_t> data;
   };
   struct Row {
     uint32_t instances = 0;  // of this member (took part in)
     // By set rank (not the coordinator's): the instances whose records are
     // here and not yet used, oldest first.
-    std::vector<std::deque<uint32_t>> records;
+    std::vector<std::deque<Record>> records;
     std::deque<uint32_t> recorded;  // this member's own records, the last few
     uint32_t completions = 0;
     // Coordinator: negotiated by the coordinator from now on, the
@@ -110,14 +121,15 @@ class StreamAgreement final : public Agreement {
 
   Row& row(uint32_t slot, const char* what);
   Place* open_place(uint32_t slot, uint32_t instance);
-  bool complete(const Place& place);
-  static void keep(std::deque<uint32_t>& records, uint32_t instance, uint32_t floor);
+  std::optional<Entry> complete(Place& place);
+  static void keep(std::deque<Record>& records, Record record, uint32_t floor);
+  static bool holds(const std::deque<Record>& records, uint32_t instance);
   void settle();
   void void_place(Place& place);
   void send_all(const AgreementMessage& message, int except);
   void send_to(int to, const AgreementMessage& message);
-  void on_coordinator(const AgreementMessage& message);
-  void on_member(int from, const AgreementMessage& message);
+  void on_coordinator(AgreementMessage message);
+  void on_member(int from, AgreementMessage message);
 
   const int rank_;
   const int size_;

@@ -212,6 +212,7 @@ std::vector<uint8_t> encode(const AgreementMessage& message) {
   w.put<uint32_t>(message.slot);
   w.put<uint32_t>(message.instance);
   w.put<int32_t>(message.member);
+  w.put_vector(message.data);
   return w.take();
 }
 
@@ -229,6 +230,9 @@ AgreementMessage decode_agreement_message(const std::vector<uint8_t>& bytes) {
   if (m.instance == 0) r.fail("agreement instance", "0 (instances count from 1)");
   m.member = r.get<int32_t>("agreement member");
   if (m.member < 0) r.fail("agreement member", "negative rank " + std::to_string(m.member));
+  m.data = r.get_vector<uint8_t>("agreement data", kMaxCarriedBytes);
+  if (!m.data.empty() && m.kind != AgreementMessage::Kind::kRecord)
+    r.fail("agreement data", "only a record carries data");
   r.expect_end();
   return m;
 }

@@ -62,13 +62,17 @@ struct FailureMessage {
 // which is also the op's place in the set's order). kDrain (coordinator):
 // that place is void, the coordinator negotiates the op. kVoidQuery
 // (coordinator): will this member submit that instance through the
-// agreement? kVoid (member): it will not.
+// agreement? kVoid (member): it will not. A record may carry the
+// submitter's input (`data`, at most kMaxCarriedBytes): a small allreduce
+// then needs no exchange of its own.
+inline constexpr uint32_t kMaxCarriedBytes = 4096;
 struct AgreementMessage {
   enum class Kind : uint8_t { kRecord = 1, kDrain = 2, kVoidQuery = 3, kVoid = 4 };
   Kind kind = Kind::kRecord;
   uint32_t slot = 0;
   uint32_t instance = 0;
   int32_t member = 0;
+  std::vector<uint8_t> data;
 };
 
 // The kind of an encoded message; throws Internal unless the header is valid.

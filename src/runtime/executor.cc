@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/reduce.h"
 #include "hora/errors.h"
 
 namespace hora {
@@ -42,10 +43,25 @@ std::optional<uint32_t> Executor::admit(TensorEntry& entry, const std::weak_ptr<
   return slot;
 }
 
-void Executor::enter(uint32_t slot, bool caller_waits) {
+void Executor::enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried) {
   agreed_pending_.fetch_add(1);
   if (!caller_waits) agreement().watch(Agreement::kEngine, true);
-  if (agreement().submit(slot) == Agreement::Outcome::kDiverted && !caller_waits) wake_engine_();
+  const Agreement::Outcome outcome =
+      carried.empty() ? agreement().submit(slot) : agreement().submit_carrying(slot, std::move(carried));
+  if (outcome == Agreement::Outcome::kDiverted && !caller_waits) wake_engine_();
+}
+
+// What every member decides alike from the cached request alone: a small
+// allreduce without prescaling (the carried inputs are the raw ones) and not
+// Adasum.
+std::vector<uint8_t> Executor::carried_input(const TensorEntry& entry) {
+  const Request& request = entry.request;
+  const size_t bytes = request.byte_size();
+  if (request.op != OpType::kAllreduce || request.reduce_op == ReduceOp::kAdasum || request.prescale != 1.0 ||
+      bytes == 0 || bytes > agreement().max_carried_bytes() || entry.input.byte_size() != bytes)
+    return {};
+  const auto* data = static_cast<const uint8_t*>(entry.input.data);
+  return std::vector<uint8_t>(data, data + bytes);
 }
 
 void Executor::drive(const Work& work) {
@@ -125,11 +141,49 @@ bool Executor::run_entry(const Agreement::Entry& entry, bool engine) {
     return true;
   }
   agreement().set_consumed(++next_entry_);
-  run_cached(entry.slot);
+  run_cached(entry);
   return true;
 }
 
-void Executor::run_cached(uint32_t slot) {
+namespace {
+
+// The data plane of an allreduce whose inputs the agreement carried: every
+// member reduces them alike, in set-rank order, and nothing moves.
+class CarriedInputs final : public Backend {
+ public:
+  CarriedInputs(int rank, const Agreement::Carried& inputs) : rank_(rank), inputs_(inputs) {}
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(inputs_.size()); }
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override {
+    const size_t bytes = count * dtype_size(dtype);
+    for (const std::vector<uint8_t>& input : inputs_)
+      if (input.size() != bytes)
+        throw Internal("a carried input holds " + std::to_string(input.size()) + " bytes, the allreduce " +
+                       std::to_string(bytes));
+    std::memcpy(buf, inputs_.front().data(), bytes);
+    for (size_t member = 1; member < inputs_.size(); ++member)
+      reduce_into(buf, inputs_[member].data(), count, dtype, op);
+  }
+  void allgatherv(const void*, void*, const std::vector<size_t>&) override { refuse("allgather"); }
+  void broadcast(void*, size_t, int) override { refuse("broadcast"); }
+  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {
+    refuse("alltoall");
+  }
+  void barrier() override { refuse("barrier"); }
+  void abort(const std::string&) override {}
+
+ private:
+  [[noreturn]] static void refuse(const char* op) {
+    throw Internal(std::string("a carried op ran a ") + op);
+  }
+  const int rank_;
+  const Agreement::Carried& inputs_;
+};
+
+}  // namespace
+
+void Executor::run_cached(const Agreement::Entry& entry) {
+  const uint32_t slot = entry.slot;
   std::string name;
   {
     std::lock_guard<std::mutex> lock(cached_mutex_);
@@ -141,7 +195,12 @@ void Executor::run_cached(uint32_t slot) {
   running_.push_back(queue_.take(name));
   Response response;
   response.op = running_.front().request.op;
-  runner_.run(links_->data(), response, running_);
+  if (entry.carried) {
+    CarriedInputs inputs(links_->data().rank(), *entry.carried);
+    runner_.run(inputs, response, running_);
+  } else {
+    runner_.run(links_->data(), response, running_);
+  }
   agreed_pending_.fetch_sub(1);
   running_.front().work->complete();
   running_.clear();

@@ -71,7 +71,11 @@ class Executor {
   std::optional<uint32_t> admit(TensorEntry& entry, const std::weak_ptr<WorkDriver>& driver);
   // Submitting thread, once the entry is queued: submits `slot` to the
   // agreement; the engine thread watches the log unless `caller_waits`.
-  void enter(uint32_t slot, bool caller_waits);
+  void enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried = {});
+  // An admitted op's input where the agreement carries it with the
+  // submission (a small allreduce that needs no exchange of its own), else
+  // nothing.
+  std::vector<uint8_t> carried_input(const TensorEntry& entry);
   // A waiting caller runs the log until `work` is done or the next entry is
   // the engine thread's.
   void drive(const Work& work);
@@ -96,7 +100,7 @@ class Executor {
  private:
   control::Agreement& agreement() { return links_->agreement(); }
   bool run_entry(const control::Agreement::Entry& entry, bool engine);
-  void run_cached(uint32_t slot);
+  void run_cached(const control::Agreement::Entry& entry);
   void execute(Response response);
   TensorEntry stand_in(const Response& response, size_t index);
   void finish_join(const Response& response);

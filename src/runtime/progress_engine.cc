@@ -30,7 +30,7 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
                                                      weak_from_this());
   if (submitted.slot) {
     telemetry_.cache_lookup(true);
-    executor_.enter(*submitted.slot, caller_waits);
+    executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried));
   } else {
     wake();
   }

@@ -30,6 +30,7 @@ Submitter::Submitted Submitter::submit(Request request, TensorView input, Tensor
   TensorEntry entry{std::move(request), std::move(input), std::move(output), out.work,
                     std::chrono::steady_clock::now()};
   out.slot = executor_.admit(entry, driver);
+  if (out.slot) out.carried = executor_.carried_input(entry);
   queue_.push(std::move(entry), !out.slot);
   joined_ = join;
   return out;

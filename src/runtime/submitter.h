@@ -29,6 +29,7 @@ class Submitter final : public JoinLedger {
   struct Submitted {
     std::shared_ptr<Work> work;
     std::optional<uint32_t> slot;  // the agreement decides it: Executor::enter()
+    std::vector<uint8_t> carried;  // its input, where the agreement carries it
   };
 
   // `stopping`: set by stop(); read by anyone (it also cancels a connection

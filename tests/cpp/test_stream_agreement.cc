@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -210,6 +211,40 @@ TEST(StreamAgreement, AMemberWhoseRecordIsOnItsWayIgnoresTheVoidQuery) {
   EXPECT_FALSE(set[0].take_drain_request());
 }
 
+TEST(StreamAgreement, RecordsCarryEveryMembersInputOfASmallAllreduce) {
+  Members set(3);
+  ASSERT_EQ(set[0].max_carried_bytes(), kMaxCarriedBytes);
+  set[2].submit_carrying(1, {3, 3});
+  set[0].submit_carrying(1, {1, 1});
+  set[1].submit_carrying(1, {2, 2});
+  set.deliver_all();
+  for (int rank = 0; rank < 3; ++rank) {
+    std::optional<Entry> entry = set[rank].entry(0);
+    ASSERT_TRUE(entry && entry->carried) << "rank " << rank;
+    EXPECT_EQ(*entry->carried, (Agreement::Carried{{1, 1}, {2, 2}, {3, 3}})) << "in set-rank order, rank " << rank;
+  }
+  // One member without its input: nobody reduces carried inputs.
+  set[0].submit_carrying(1, {1, 1});
+  set[1].submit(1);
+  set[2].submit_carrying(1, {3, 3});
+  set.deliver_all();
+  for (int rank = 0; rank < 3; ++rank) {
+    std::optional<Entry> entry = set[rank].entry(1);
+    ASSERT_TRUE(entry) << "rank " << rank;
+    EXPECT_FALSE(entry->carried) << "rank " << rank;
+  }
+  EXPECT_TRUE(set[0].entry(0)) << "entries stay until consumed";
+  set[0].set_consumed(2);
+  EXPECT_FALSE(set[0].entry(0));
+  EXPECT_FALSE(set[0].entry_waiting());
+}
+
+TEST(StreamAgreement, LargeSetsCarryNoInput) {
+  Members set(StreamAgreement::kMaxCarryingMembers + 1);
+  EXPECT_EQ(set[0].max_carried_bytes(), 0u);
+  EXPECT_NE(Members(StreamAgreement::kMaxCarryingMembers)[0].max_carried_bytes(), 0u);
+}
+
 TEST(StreamAgreement, BadMessagesAreRefusedByName) {
   Members set(2);
   const auto refusal = [&](int from, int to, const AgreementMessage& message) {
@@ -225,6 +260,8 @@ TEST(StreamAgreement, BadMessagesAreRefusedByName) {
   EXPECT_NE(refusal(0, 1, {Kind::kRecord, 0, 1, 1}).find("set rank 1"), std::string::npos);
   EXPECT_NE(refusal(0, 1, {Kind::kVoid, 0, 1, 0}).find("void"), std::string::npos);
   EXPECT_THROW(set[0].received(1, std::vector<uint8_t>{1, 2, 3}), Internal);
+  AgreementMessage carrying{Kind::kVoid, 0, 1, 1, {1}};
+  EXPECT_NE(refusal(1, 0, carrying).find("only a record carries data"), std::string::npos);
   EXPECT_THROW(set[0].submit(StreamAgreement::kRows), Internal);
 }
 
