@@ -64,8 +64,10 @@ struct FailureMessage {
 // (coordinator): will this member submit that instance through the
 // agreement? kVoid (member): it will not. A record may carry the
 // submitter's input (`data`, at most kMaxCarriedBytes): a small allreduce
-// then needs no exchange of its own.
-inline constexpr uint32_t kMaxCarriedBytes = 4096;
+// then needs no exchange of its own. (Small, so that a burst of
+// asynchronous ops stays far below what a peer's socket buffers take while
+// its engine thread runs a long collective and reads nothing.)
+inline constexpr uint32_t kMaxCarriedBytes = 1024;
 struct AgreementMessage {
   enum class Kind : uint8_t { kRecord = 1, kDrain = 2, kVoidQuery = 3, kVoid = 4 };
   Kind kind = Kind::kRecord;

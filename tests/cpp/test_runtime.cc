@@ -20,7 +20,8 @@ using RankFn = std::function<void(Runtime&)>;
 
 // Runs `fn` on `n` ranks as threads, each with its own Runtime over one
 // shared in-memory store; rethrows the first failure.
-void run_ranks(int n, const RankFn& fn, const std::vector<std::vector<int>>& initial_sets = {}) {
+void run_ranks(int n, const RankFn& fn, const std::vector<std::vector<int>>& initial_sets = {},
+               bool stream_agreement = true) {
   auto store = make_hash_store();
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
@@ -32,6 +33,7 @@ void run_ranks(int n, const RankFn& fn, const std::vector<std::vector<int>>& ini
         config.size = n;
         config.timeout = std::chrono::seconds(20);
         config.start_timeout = std::chrono::seconds(20);
+        config.stream_agreement = stream_agreement;
         Runtime runtime(config, store, make_local_backend_factory(), initial_sets);
         fn(runtime);
       } catch (...) {
@@ -214,6 +216,40 @@ TEST(ProcessSets, MismatchedShapesFailOnEveryMemberNamingRanks) {
     EXPECT_EQ(sum[0], 3.0f);
   });
 }
+
+// Repeated ops on a set without shared memory (ranks as threads: the
+// stream agreement, or every op negotiated): small ones whose inputs the
+// records carry, larger ones on the data plane, asynchronous ones run by
+// the engine thread, and a mismatch of a cached op in the middle, which
+// fails on every member and leaves the op agreed again afterwards.
+void repeated_ops_with_a_mismatch(bool stream_agreement) {
+  run_ranks(3, [](Runtime& rt) {
+    const int me = rt.rank();
+    for (int step = 0; step < 12; ++step) {
+      std::vector<float> small(3, float(me + step)), small_out(3);
+      std::vector<float> large(2000, float(me)), large_out(2000);
+      OpArgs average = args(OpType::kAllreduce, view(small), view(small_out), "small");
+      average.reduce_op = ReduceOp::kAverage;
+      if (step == 6) {
+        // Rank 2 sends 'small' with another shape: every member's fails.
+        std::vector<float> odd(me == 2 ? 4 : 3, 1.0f), odd_out(odd.size());
+        OpArgs mismatched = args(OpType::kAllreduce, view(odd), view(odd_out), "small");
+        mismatched.reduce_op = ReduceOp::kAverage;
+        EXPECT_THROW(wait(rt.enqueue(0, mismatched)), Mismatch) << "rank " << me;
+        continue;
+      }
+      auto later = rt.enqueue(0, args(OpType::kAllreduce, view(large), view(large_out), "large"));
+      average.caller_waits = step % 2 == 0;
+      wait(rt.enqueue(0, average));
+      wait(later);
+      EXPECT_EQ(small_out, std::vector<float>(3, float(step) + 1.0f)) << "step " << step << ", rank " << me;
+      EXPECT_EQ(large_out, std::vector<float>(2000, 3.0f)) << "step " << step << ", rank " << me;
+    }
+  }, {}, stream_agreement);
+}
+
+TEST(ProcessSets, RepeatedOpsAndAMismatchWithTheStreamAgreement) { repeated_ops_with_a_mismatch(true); }
+TEST(ProcessSets, RepeatedOpsAndAMismatchWithEveryOpNegotiated) { repeated_ops_with_a_mismatch(false); }
 
 TEST(ProcessSets, MembersOnlyCreationAndRemoval) {
   std::atomic<bool> outsider_done{false};
