@@ -91,7 +91,11 @@ class _DistributedOptimizer:
         builtin = compression in (Compression.none, Compression.fp16)
         self._bucket_bytes = bucket_bytes() if groups is None and builtin else 0
         self._bucket_of = {}
+        self._buckets = []  # each bucket once, in the order they form
         self._bucket_pending = False  # gradients counted since the last synchronize()
+        # The step's last bucket, complete but not started: synchronize()
+        # runs it on the calling thread (docs/torch.md, "Gradient buckets").
+        self._deferred = None
         if self.process_set.included() and _basics.size() > 1:
             self._register_hooks()
 
@@ -134,6 +138,7 @@ class _DistributedOptimizer:
         if self._bucket_bytes <= 0:
             return
         for bucket in form_buckets(params, self._parameter_names, self._bucket_bytes):
+            self._buckets.append(bucket)
             for p in bucket.params:
                 self._bucket_of[p] = bucket
 
@@ -202,18 +207,28 @@ class _DistributedOptimizer:
                                                    process_set=self.process_set)
         return handle, ctxs
 
-    def _bucket_allreduce_async(self, bucket):
+    def _packs(self, bucket):
+        """Whether `bucket` is reduced as one packed tensor."""
+        return len(bucket.params) > 1 and (self.sparse_as_dense or bucket.dense())
+
+    def _bucket_allreduce_async(self, bucket, caller_waits=False):
         """Starts `bucket`'s allreduce (its parameter's own, in place, for a
         bucket of one; its parameters' own where a gradient is sparse);
-        returns its handle entries {key: (handle, ctx)}."""
+        returns its handle entries {key: (handle, ctx)}. `caller_waits`: the
+        caller synchronizes it at once, on its own thread."""
         bucket.counted.clear()
-        if len(bucket.params) == 1 or (not self.sparse_as_dense and not bucket.dense()):
+        if not self._packs(bucket):
             return {p: self._allreduce_grad_async(p) for p in bucket.params}
         compressed, ctx = self._compression.compress(bucket.pack())
         prescale, postscale = self._scale_factors()
-        handle = _mpi_ops.allreduce_async_(compressed, name=bucket.name, op=self.op, prescale_factor=prescale,
-                                           postscale_factor=postscale, process_set=self.process_set)
+        handle = _mpi_ops.collectives._allreduce(compressed, None, bucket.name, self.op, prescale, postscale,
+                                                 self.process_set, True, caller_waits)
         return {bucket: (handle, ctx)}
+
+    def _last_to_start(self, bucket):
+        """Whether every other bucket of this step has started."""
+        return all(b is bucket or b in self._handles or any(p in self._handles for p in b.params)
+                   for b in self._buckets)
 
     def _bucket_hook(self, p):
         if self._allreduce_delay[p] <= 0:
@@ -227,6 +242,12 @@ class _DistributedOptimizer:
         bucket = self._bucket_of[p]
         bucket.counted.add(id(p))
         if bucket.complete():
+            if self._packs(bucket) and self._last_to_start(bucket):
+                # Nothing else of the step is left to overlap with: started
+                # now, it would run on the set's engine thread and wake this
+                # one when done; synchronize() runs it here instead.
+                self._deferred = bucket
+                return
             self._handles.update(self._bucket_allreduce_async(bucket))
 
     def _make_hook(self, p):
@@ -261,10 +282,15 @@ class _DistributedOptimizer:
         if not self.process_set.included():
             self._synchronized = True
             return
-        # Buckets backward did not complete start now, whole.
-        for bucket in {id(b): b for b in self._bucket_of.values()}.values():
-            if bucket not in self._handles and not any(p in self._handles for p in bucket.params):
+        # Buckets backward did not complete start now, whole; the deferred
+        # last bucket after the others, for the caller to run.
+        deferred, self._deferred = self._deferred, None
+        for bucket in self._buckets:
+            if bucket is not deferred and bucket not in self._handles and \
+                    not any(p in self._handles for p in bucket.params):
                 self._handles.update(self._bucket_allreduce_async(bucket))
+        if deferred is not None:
+            self._handles.update(self._bucket_allreduce_async(deferred, caller_waits=True))
         done = set()
         for key in self._handles:
             if isinstance(key, Bucket):
@@ -339,9 +365,10 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = passes
-        for bucket in self._bucket_of.values():
+        for bucket in self._buckets:
             bucket.counted.clear()
         self._bucket_pending = False
+        self._deferred = None
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
@@ -349,9 +376,10 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        for bucket in self._bucket_of.values():
+        for bucket in self._buckets:
             bucket.counted.clear()
         self._bucket_pending = False
+        self._deferred = None
         self._hora_base_class.load_state_dict(self, *args, **kwargs)
 
 
