@@ -14,6 +14,10 @@ from hora.tensorflow import reductions as _reductions
 from hora.tensorflow.compression import Compression
 
 
+# Gradients below this size are packed into one allreduce per dtype.
+PACK_LIMIT_BYTES = 1 << 20
+
+
 def split_evenly(items, parts):
     """``parts`` consecutive slices whose lengths differ by at most one."""
     base, extra = divmod(len(items), parts)
@@ -73,12 +77,40 @@ class GradientReduction:
         present = [i for i, g in enumerate(grads) if g is not None]
         reduced = list(grads)
         for part in self._parts(present, grads, variables):
-            results = _reductions.grouped_allreduce([grads[i] for i in part], compression=self.compression,
+            units = self._packed(part, grads)
+            results = _reductions.grouped_allreduce([tensor for _, tensor in units], compression=self.compression,
                                                     op=self.op, prescale_factor=self.prescale,
                                                     postscale_factor=self.postscale, process_set=ps)
-            for i, result in zip(part, results):
-                reduced[i] = result
+            for (indices, _), result in zip(units, results):
+                if len(indices) == 1:
+                    reduced[indices[0]] = result
+                    continue
+                pieces = tf.split(result, [grads[i].shape.num_elements() for i in indices])
+                for i, piece in zip(indices, pieces):
+                    reduced[i] = tf.reshape(piece, grads[i].shape)
         return reduced
+
+    def _packed(self, part, grads):
+        """What the grouped allreduce of `part` reduces: (indices, tensor)
+        pairs, where the small dense gradients of one dtype are packed into
+        one flat tensor (one op instead of one per gradient, as the torch
+        front end's buckets do), when the reduction and the compression act
+        on each element alone; the others as they are."""
+        elementwise = self.op != _types.Adasum and self.compression in (Compression.none, Compression.fp16)
+        units, packs = [], {}
+        for i in part:
+            g = grads[i]
+            elements = None if isinstance(g, tf.IndexedSlices) else g.shape.num_elements()
+            if elementwise and elements is not None and elements * g.dtype.size < PACK_LIMIT_BYTES:
+                packs.setdefault(g.dtype, []).append(i)
+            else:
+                units.append(([i], g))
+        for indices in packs.values():
+            if len(indices) == 1:
+                units.append((indices, grads[indices[0]]))
+            else:
+                units.append((indices, tf.concat([tf.reshape(grads[i], [-1]) for i in indices], 0)))
+        return units
 
     def _parts(self, present, grads, variables):
         """The indices of the gradients reduced together, part by part."""

@@ -109,6 +109,41 @@ def check_tape(label, ps, ranks, report, equal, in_mode):
             report(name, label, tf.float64, mode, lambda fn=fn, expected=expected: equal(fn(), expected, 0.1))
 
 
+def check_tape_packed(label, ps, ranks, report, equal, in_mode):
+    """DistributedGradientTape over gradients it packs into one allreduce per
+    dtype (small dense float32 and float64 ones) beside those it does not (a
+    1.2 MB one, a sparse one): each gradient averaged (or summed) on its own."""
+    x = float(me + 1)
+    starts = {"a": np.array([1.0, 2.0, 3.0], np.float32), "b": np.ones((2, 2), np.float32),
+              "c": np.array([0.5, 1.0, 1.5, 2.0]), "d": np.array([4.0]),
+              "big": np.linspace(0.0, 1.0, 300000, dtype=np.float32), "e": np.zeros(5, np.float32)}
+
+    def step(variables, op, options):
+        with tf.GradientTape() as tape:
+            v = variables
+            loss = (tf.reduce_sum(tf.square(v["a"])) * x + tf.reduce_sum(v["b"]) * x + tf.reduce_sum(v["big"]) * x
+                    + tf.cast(tf.reduce_sum(v["c"] ** 3) * x + tf.reduce_sum(v["d"]) * x, tf.float32)
+                    + tf.reduce_sum(tf.gather(v["e"], [1, 3])))
+        tape = hvd.DistributedGradientTape(tape, op=op, process_set=ps, **options)
+        grads = tape.gradient(loss, [variables[k] for k in sorted(starts)])
+        return [tf.convert_to_tensor(g) for g in grads]
+
+    mean_x = np.mean([r + 1.0 for r in ranks])
+    per_x = {"a": 2 * starts["a"], "b": np.ones((2, 2)), "big": np.ones(300000), "c": 3 * starts["c"] ** 2,
+             "d": np.ones(1)}
+    average = [per_x[k] * mean_x if k != "e" else np.array([0.0, 1.0, 0.0, 1.0, 0.0]) for k in sorted(starts)]
+    for name, op, options, expected, tolerance in (
+            ("tape_packed_average", hvd.Average, {}, average, 1e-4),
+            ("tape_packed_sum_fp16", hvd.Sum, {"compression": hvd.Compression.fp16},
+             [e * len(ranks) for e in average], 0.1)):
+        for mode in ("eager", "graph"):
+            variables = {k: tf.Variable(v) for k, v in starts.items()}
+            fn = in_mode(lambda op=op, options=options, variables=variables: step(variables, op, options), mode)
+            report(name, label, tf.float64, mode,
+                   lambda fn=fn, expected=expected, tolerance=tolerance:
+                   [equal(g, e, tolerance) for g, e in zip(fn(), expected)])
+
+
 def check_functions(label, ps, ranks, report, equal, in_mode):
     root = ranks[-1]
     for mode in ("eager", "graph"):
@@ -209,6 +244,6 @@ def run_all(sets, report, equal, in_mode):
         ranks = list(range(4)) if ps is hvd.global_process_set else ps.ranks
         if me not in ranks:
             continue
-        for check in (check_gradients, check_tape, check_functions, check_sync_batch_norm, check_mismatches):
+        for check in (check_gradients, check_tape, check_tape_packed, check_functions, check_sync_batch_norm, check_mismatches):
             check(label, ps, ranks, report, equal, in_mode)
     check_bad_input(report, in_mode)
