@@ -5,6 +5,8 @@ DistributedDataParallel and one process, on real models, in one run.
     python benchmarks/training_step.py --models transformer,mlp --rounds 1
     sudo python benchmarks/training_step.py --hosts 2 --per-host 1 2 --rates none 10gbit
     python benchmarks/training_step.py --two-tasks              # 4 ranks: two tasks at once vs alone
+    python benchmarks/training_step.py --keras                  # Keras: hora.keras vs MultiWorkerMirroredStrategy
+    .venv-mxnet/bin/python benchmarks/training_step.py --mxnet  # MXNet Gluon: hora's trainer and optimizer
 
 Models (float32, SGD, torch.set_num_threads(1) in every rank):
 - transformer: nn.TransformerEncoder, 6 layers, d_model 64, 4 heads; batch 8 x 32 tokens (72 tensors);
@@ -21,11 +23,24 @@ process's).
 --hosts 2 runs the jobs on a simulated cluster (scripts/cluster.sh, as root): --per-host ranks on each
 of two hosts, with each --rates limit on the links.
 
+--keras: the Keras models below (Keras 3 on TensorFlow, one intra- and inter-op thread per rank), each
+step a tf.function that takes the gradients on a GradientTape and applies them with a Keras SGD:
+one process; hora (the optimizer wrapped in hora.keras.DistributedOptimizer, what Horovod's Keras users
+write); mwms (tf.distribute.MultiWorkerMirroredStrategy over loopback gRPC, the step run by
+strategy.run, the optimizer's own all-reduce of the gradients). Models: mlp, cnn and big as above (the
+cnn in NHWC); the transformer is torch's only.
+
+--mxnet (from .venv-mxnet): the same three models in Gluon (hybridized, one engine thread per rank):
+one process (gluon.Trainer, SGD); hora.mxnet.DistributedTrainer; and gluon.Trainer over
+hora.mxnet.DistributedOptimizer (the optimizer's per-update path). MXNet's own distributed kvstore needs
+its parameter servers and is not a peer here; the figure to read is the scaling efficiency.
+
 --two-tasks: 4 ranks on this host, two tasks on the sets [0, 1] and [2, 3], each training the model with
 hora. "Alone": the first task trains while ranks 2 and 3 run the same model's steps with no
 communication (the same load on the cores, so that only what the tasks' communication costs each other
-is compared); "together": both train. Prints each task's steps/s together over alone. With 4 ranks on
-2 cores every figure is a share of the cores: the ratio is what matters. Not a test.
+is compared); "together": both train. Prints each task's steps/s together over alone, for hora and, on
+the same ranks, for torch DDP on two Gloo groups. With 4 ranks on 2 cores every figure is a share of the
+cores: the ratio is what matters. Not a test.
 """
 
 import argparse
@@ -131,7 +146,7 @@ def worker_hora(model_name, steps, warm_up, two_tasks=None):
     return {"rate": rate, "task": process_set.ranks[0]} if two_tasks is not None else rate
 
 
-def worker_ddp(model_name, steps, warm_up, master):
+def worker_ddp(model_name, steps, warm_up, master, two_tasks=None):
     import torch
     import torch.distributed as dist
 
@@ -139,13 +154,19 @@ def worker_ddp(model_name, steps, warm_up, master):
     rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
     dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank, world_size=size)
     model, batch, loss_of = build(model_name)
-    model = torch.nn.parallel.DistributedDataParallel(model)
+    group, task = None, 0
+    if two_tasks is not None:
+        groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        task = 0 if rank < 2 else 2
+        group = groups[task // 2]
+    if two_tasks == "together" or task == 0 or two_tasks is None:
+        model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     dist.barrier()
     rate = timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
     dist.barrier()
     dist.destroy_process_group()
-    return rate
+    return {"rate": rate, "task": task} if two_tasks is not None else rate
 
 
 def steps_for(model_name, steps):
@@ -181,19 +202,215 @@ def table(models, np_, args, launcher=(), env=None, where="this host"):
               f"{rate['ddp'] / rate['single']:>8.0%}", flush=True)
 
 
+KERAS_MODELS = ("mlp", "cnn", "big")
+KERAS_PEERS = ("single", "hora", "mwms")
+
+
+def keras_threads():
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def build_keras(name):
+    """(model, batch) for `name` in Keras, the same on every rank (seeded)."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    if name == "mlp":
+        model = keras.Sequential([keras.Input((64,))] + [layers.Dense(64, activation="relu") for _ in range(20)])
+        shape = (32, 64)
+    elif name == "cnn":
+        blocks = [keras.Input((16, 16, 3))]
+        for _ in range(19):
+            blocks += [layers.Conv2D(16, 3, padding="same", use_bias=False), layers.BatchNormalization(),
+                       layers.ReLU()]
+        model = keras.Sequential(blocks + [layers.GlobalAveragePooling2D(), layers.Dense(10)])
+        shape = (8, 16, 16, 3)
+    elif name == "big":
+        model = keras.Sequential([keras.Input((2048,))] + [layers.Dense(2048, activation="relu") for _ in range(4)])
+        shape = (16, 2048)
+    else:
+        raise SystemExit(f"unknown Keras model {name!r}; choose from {', '.join(KERAS_MODELS)}")
+    batch = keras.random.normal(shape, seed=1)
+    return model, batch
+
+
+def keras_step(model, optimizer, batch, scale=1.0):
+    import tensorflow as tf
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(batch, training=True))) * scale
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return step
+
+
+def worker_keras(peer, model_name, steps, warm_up, master):
+    import json
+
+    keras_threads()
+    import keras
+    import tensorflow as tf
+
+    if peer == "single":
+        model, batch = build_keras(model_name)
+        step = tf.function(keras_step(model, keras.optimizers.SGD(0.01), batch))
+        return timed_steps(step, steps, warm_up)
+    if peer == "hora":
+        import hora.keras as hvd
+        import hora.tensorflow as htf
+
+        hvd.init()
+        model, batch = build_keras(model_name)
+        optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
+        step = tf.function(keras_step(model, optimizer, batch))
+        step()  # builds the variables, which the broadcast then makes equal
+        htf.broadcast_variables(model.variables, root_rank=0)
+        htf.barrier()
+        rate = timed_steps(step, steps, warm_up)
+        htf.barrier()
+        hvd.shutdown()
+        return rate
+    rank, size = int(os.environ["HORA_RANK"]), int(os.environ["HORA_SIZE"])
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": master.split(",")},
+                                          "task": {"type": "worker", "index": rank}})
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model, batch = build_keras(model_name)
+        optimizer = keras.optimizers.SGD(0.01)
+    replica_step = keras_step(model, optimizer, batch, scale=1.0 / size)
+
+    @tf.function
+    def step():
+        strategy.run(replica_step)
+    return timed_steps(step, steps, warm_up)
+
+
+def keras_table(models, args):
+    print(f"\nKeras training steps/s, {args.np} ranks on this host (slowest rank, median of {args.rounds} rounds)")
+    print(f"{'model':>12} {'one process':>12} {'hora':>9} {'mwms':>9} {'hora/mwms':>10} "
+          f"{'hora eff.':>10} {'mwms eff.':>10}", flush=True)
+    for model_name in models:
+        rounds = {peer: [] for peer in KERAS_PEERS}
+        for r in range(args.rounds):
+            for peer in KERAS_PEERS[r % 3:] + KERAS_PEERS[:r % 3]:
+                np_ = 1 if peer == "single" else args.np
+                steps = steps_for(model_name, args.steps)
+                master = ",".join(f"127.0.0.1:{free_port()}" for _ in range(np_))
+                argv = [sys.executable, os.path.abspath(__file__), "--worker", "keras-" + peer, "--models",
+                        model_name, "--steps", str(steps), "--master", master]
+                env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+                rounds[peer].append(min(run_job(np_, argv, env, cwd=REPO, timeout=1800,
+                                                what=f"keras {peer} {model_name}")))
+        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        print(f"{model_name:>12} {rate['single']:>12.1f} {rate['hora']:>9.1f} {rate['mwms']:>9.1f} "
+              f"{rate['hora'] / rate['mwms']:>9.2f}x {rate['hora'] / rate['single']:>9.0%} "
+              f"{rate['mwms'] / rate['single']:>9.0%}", flush=True)
+
+
+MXNET_PEERS = ("single", "trainer", "optimizer")
+
+
+def build_gluon(name):
+    """(net, batch) for `name` in Gluon, the same on every rank (seeded)."""
+    import mxnet as mx
+    from mxnet.gluon import nn
+
+    mx.random.seed(0)
+    net = nn.HybridSequential()
+    if name == "mlp":
+        for _ in range(20):
+            net.add(nn.Dense(64, activation="relu"))
+        shape = (32, 64)
+    elif name == "cnn":
+        for _ in range(19):
+            net.add(nn.Conv2D(16, 3, padding=1, use_bias=False), nn.BatchNorm(), nn.Activation("relu"))
+        net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(10))
+        shape = (8, 3, 16, 16)
+    elif name == "big":
+        for _ in range(4):
+            net.add(nn.Dense(2048, activation="relu"))
+        shape = (16, 2048)
+    else:
+        raise SystemExit(f"unknown MXNet model {name!r}; choose from {', '.join(KERAS_MODELS)}")
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    batch = mx.nd.random.normal(shape=shape)
+    return net, batch
+
+
+def worker_mxnet(peer, model_name, steps, warm_up):
+    os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    net, batch = build_gluon(model_name)
+    net(batch).wait_to_read()  # shapes the parameters
+    params = net.collect_params()
+    if peer == "single":
+        trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.01})
+    else:
+        import hora.mxnet as hvd
+
+        hvd.init()
+        hvd.broadcast_parameters(params, root_rank=0)
+        if peer == "trainer":
+            trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.01})
+        else:
+            optimizer = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=0.01))
+            trainer = gluon.Trainer(params, optimizer, kvstore=None)
+
+    def step():
+        with autograd.record():
+            loss = (net(batch) ** 2).mean()
+        loss.backward()
+        trainer.step(batch.shape[0])
+        mx.nd.waitall()
+    rate = timed_steps(step, steps, warm_up)
+    if peer != "single":
+        hvd.barrier()
+        hvd.shutdown()
+    return rate
+
+
+def mxnet_table(models, args):
+    print(f"\nMXNet Gluon training steps/s, {args.np} ranks on this host (slowest rank, median of {args.rounds} "
+          f"rounds)")
+    print(f"{'model':>12} {'one process':>12} {'trainer':>9} {'optimizer':>10} {'trainer eff.':>13} "
+          f"{'optimizer eff.':>15}", flush=True)
+    for model_name in models:
+        rounds = {peer: [] for peer in MXNET_PEERS}
+        for r in range(args.rounds):
+            for peer in MXNET_PEERS[r % 3:] + MXNET_PEERS[:r % 3]:
+                np_ = 1 if peer == "single" else args.np
+                argv = [sys.executable, os.path.abspath(__file__), "--worker", "mxnet-" + peer, "--models",
+                        model_name, "--steps", str(steps_for(model_name, args.steps))]
+                rounds[peer].append(min(run_job(np_, argv, cwd=REPO, timeout=1800, what=f"mxnet {peer} {model_name}")))
+        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        print(f"{model_name:>12} {rate['single']:>12.1f} {rate['trainer']:>9.1f} {rate['optimizer']:>10.1f} "
+              f"{rate['trainer'] / rate['single']:>12.0%} {rate['optimizer'] / rate['single']:>14.0%}", flush=True)
+
+
 def two_tasks(models, args):
     print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {os.cpu_count()} cores: each task's "
-          f"steps/s, median of {args.rounds} rounds")
-    print(f"{'model':>12} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}", flush=True)
+          f"steps/s, median of {args.rounds} rounds; ddp: the same with torch DDP on two Gloo groups")
+    print(f"{'model':>12} {'peer':>5} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}",
+          flush=True)
     for model_name in models:
-        alone, together = [], []
-        for _ in range(args.rounds):
-            alone.append(run_peer("hora", model_name, 4, args, two_tasks="alone")[0])
-            together.append(run_peer("hora", model_name, 4, args, two_tasks="together"))
-        a = statistics.median(alone)
-        t = {task: statistics.median(x[task] for x in together) for task in (0, 2)}
-        print(f"{model_name:>12} {a:>9.1f} {t[0]:>11.1f} {t[2]:>11.1f} {t[0] / a:>6.0%} {t[2] / a:>6.0%}",
-              flush=True)
+        for peer in ("hora", "ddp"):
+            alone, together = [], []
+            for _ in range(args.rounds):
+                alone.append(run_peer(peer, model_name, 4, args, two_tasks="alone")[0])
+                together.append(run_peer(peer, model_name, 4, args, two_tasks="together"))
+            a = statistics.median(alone)
+            t = {task: statistics.median(x[task] for x in together) for task in (0, 2)}
+            print(f"{model_name:>12} {peer:>5} {a:>9.1f} {t[0]:>11.1f} {t[2]:>11.1f} {t[0] / a:>6.0%} "
+                  f"{t[2] / a:>6.0%}", flush=True)
 
 
 def main():
@@ -206,6 +423,8 @@ def main():
     parser.add_argument("--per-host", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--rates", nargs="*", default=["none"], choices=list(RATES))
     parser.add_argument("--two-tasks", action="store_true", help="two tasks at once against each alone")
+    parser.add_argument("--keras", action="store_true", help="Keras: hora.keras against MultiWorkerMirroredStrategy")
+    parser.add_argument("--mxnet", action="store_true", help="MXNet Gluon: hora's trainer and optimizer (.venv-mxnet)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--master", help=argparse.SUPPRESS)
     parser.add_argument("--two-tasks-mode", help=argparse.SUPPRESS)
@@ -214,12 +433,16 @@ def main():
 
     if args.worker:
         warm_up = 3 if models[0] == "big" else 10
-        if args.worker == "single":
+        if args.worker.startswith("mxnet-"):
+            print_result(worker_mxnet(args.worker[len("mxnet-"):], models[0], args.steps, warm_up))
+        elif args.worker.startswith("keras-"):
+            print_result(worker_keras(args.worker[len("keras-"):], models[0], args.steps, warm_up, args.master))
+        elif args.worker == "single":
             print_result(worker_single(models[0], args.steps, warm_up))
         elif args.worker == "hora":
             print_result(worker_hora(models[0], args.steps, warm_up, args.two_tasks_mode))
         else:
-            print_result(worker_ddp(models[0], args.steps, warm_up, args.master))
+            print_result(worker_ddp(models[0], args.steps, warm_up, args.master, args.two_tasks_mode))
             # torch 2.13's Gloo process group sometimes aborts the
             # interpreter's exit ("terminate called without an active
             # exception", after destroy_process_group()); the figure is out.
@@ -228,6 +451,11 @@ def main():
 
     if args.two_tasks:
         two_tasks(models, args)
+        return
+    if args.keras or args.mxnet:
+        if args.models == ",".join(MODELS):
+            models = list(KERAS_MODELS)
+        (keras_table if args.keras else mxnet_table)(models, args)
         return
     if not args.hosts:
         table(models, args.np, args)
