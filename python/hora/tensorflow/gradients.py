@@ -77,7 +77,7 @@ class GradientReduction:
         present = [i for i, g in enumerate(grads) if g is not None]
         reduced = list(grads)
         for part in self._parts(present, grads, variables):
-            units = self._packed(part, grads)
+            units = self._packed(part, grads, variables)
             results = _reductions.grouped_allreduce([tensor for _, tensor in units], compression=self.compression,
                                                     op=self.op, prescale_factor=self.prescale,
                                                     postscale_factor=self.postscale, process_set=ps)
@@ -90,17 +90,22 @@ class GradientReduction:
                     reduced[i] = tf.reshape(piece, grads[i].shape)
         return reduced
 
-    def _packed(self, part, grads):
+    def _packed(self, part, grads, variables):
         """What the grouped allreduce of `part` reduces: (indices, tensor)
         pairs, where the small dense gradients of one dtype are packed into
         one flat tensor (one op instead of one per gradient, as the torch
         front end's buckets do), when the reduction and the compression act
-        on each element alone; the others as they are."""
+        on each element alone; the others as they are. Only gradients of
+        variables are packed: a variable's shape is the same in every trace
+        on every member, so all members pack the same gradients (a tensor
+        source's static shape may be known in one member's trace and not in
+        another's)."""
         elementwise = self.op != _types.Adasum and self.compression in (Compression.none, Compression.fp16)
         units, packs = [], {}
         for i in part:
             g = grads[i]
-            elements = None if isinstance(g, tf.IndexedSlices) else g.shape.num_elements()
+            of_variable = variables is not None and not isinstance(variables[i], tf.Tensor)
+            elements = g.shape.num_elements() if isinstance(g, tf.Tensor) and of_variable else None
             if elementwise and elements is not None and elements * g.dtype.size < PACK_LIMIT_BYTES:
                 packs.setdefault(g.dtype, []).append(i)
             else:

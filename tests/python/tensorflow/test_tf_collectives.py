@@ -26,7 +26,7 @@ CHECKS.update({name: (("float32", "float64"), MODES) for name in (
     "grad_alltoall", "grad_reducescatter_sum", "grad_reducescatter_average")})
 CHECKS.update({name: (("float64",), MODES) for name in (
     "tape_average", "tape_sum_groups_fp16", "tape_predivide_sparse_as_dense", "tape_packed_average",
-    "tape_packed_sum_fp16")})
+    "tape_packed_sum_fp16", "optimizer_numpy_gradients")})
 CHECKS.update({name: (("-",), MODES) for name in (
     "broadcast_variables", "broadcast_", "sync_batch_norm", "mismatch_shape", "mismatch_dtype")})
 CHECKS.update({name: (("-",), ("eager",)) for name in (

@@ -144,6 +144,31 @@ def check_tape_packed(label, ps, ranks, report, equal, in_mode):
                    [equal(g, e, tolerance) for g, e in zip(fn(), expected)])
 
 
+def check_optimizer_numpy_gradients(label, ps, ranks, report, equal, in_mode):
+    """The Keras DistributedOptimizer given gradients that are not tensors
+    (NumPy arrays, as apply_gradients accepts): averaged as tensors are."""
+    import keras
+
+    import hora.tensorflow.keras as hvd_keras
+
+    x = float(me + 1)
+    for mode in ("eager", "graph"):
+        variables = [keras.Variable(np.zeros(3, np.float32)), keras.Variable(np.zeros((2, 2), np.float32))]
+        optimizer = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1.0), process_set=ps)
+        optimizer.build(variables)  # outside tf.function, as Keras asks
+        grads = [np.full(3, x, np.float32), np.full((2, 2), 2 * x, np.float32)]
+
+        def apply(optimizer=optimizer, variables=variables, grads=grads):
+            # Closed over, not arguments: tf.function would make tensors of them.
+            return lambda: optimizer.apply_gradients(zip(grads, variables))
+        in_mode(apply(), mode)()
+        mean_x = np.mean([r + 1.0 for r in ranks])
+        report("optimizer_numpy_gradients", label, tf.float64, mode,
+               lambda variables=variables, mean_x=mean_x: [equal(variables[0].numpy(), np.full(3, -mean_x), 1e-5),
+                                                           equal(variables[1].numpy(), np.full((2, 2), -2 * mean_x),
+                                                                 1e-5)])
+
+
 def check_functions(label, ps, ranks, report, equal, in_mode):
     root = ranks[-1]
     for mode in ("eager", "graph"):
@@ -244,6 +269,6 @@ def run_all(sets, report, equal, in_mode):
         ranks = list(range(4)) if ps is hvd.global_process_set else ps.ranks
         if me not in ranks:
             continue
-        for check in (check_gradients, check_tape, check_tape_packed, check_functions, check_sync_batch_norm, check_mismatches):
+        for check in (check_gradients, check_tape, check_tape_packed, check_optimizer_numpy_gradients, check_functions, check_sync_batch_norm, check_mismatches):
             check(label, ps, ranks, report, equal, in_mode)
     check_bad_input(report, in_mode)
