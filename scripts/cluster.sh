@@ -59,6 +59,11 @@ down() {
   for host in $(cluster_hosts); do
     ip netns delete "$host"
   done
+  # A namespace that a process still holds outlives its name, and with it
+  # the host's end of a link: delete this machine's ends by name.
+  for link in $(ip -o link show | sed -n "s/^[0-9]*: \($NAME-v[0-9]*\)@.*/\1/p"); do
+    ip link delete "$link" 2>/dev/null || true
+  done
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
   remove_hosts_entries
 }

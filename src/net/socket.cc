@@ -156,7 +156,7 @@ void Socket::shutdown(bool write_only) noexcept {
 }
 
 void Socket::send_all(std::span<const uint8_t> head, std::span<const uint8_t> body, Clock::time_point deadline,
-                      const std::string& peer) {
+                      const std::string& peer, int* error) {
   iovec iov[2] = {{const_cast<uint8_t*>(head.data()), head.size()},
                   {const_cast<uint8_t*>(body.data()), body.size()}};
   msghdr message{};
@@ -171,7 +171,9 @@ void Socket::send_all(std::span<const uint8_t> head, std::span<const uint8_t> bo
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        throw PeerFailure("cannot send to " + peer + ": " + errno_text(errno));
+        const int broken = errno;
+        if (error) *error = broken;
+        throw PeerFailure("cannot send to " + peer + ": " + errno_text(broken));
       }
       if (!wait_ready(fd_, POLLOUT, deadline)) throw Timeout("timed out sending to " + peer);
       continue;

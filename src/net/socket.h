@@ -55,10 +55,11 @@ class Socket {
   void shutdown(bool write_only = false) noexcept;
 
   // Writes `head`, then `body`, completely before `deadline`. Throws
-  // PeerFailure when the connection is closed or reset, Timeout when the
-  // deadline passes.
+  // PeerFailure when the connection is closed or reset (`error`, if given,
+  // gets its errno: the kernel reports why a connection broke only once,
+  // to whichever call comes first), Timeout when the deadline passes.
   void send_all(std::span<const uint8_t> head, std::span<const uint8_t> body, Clock::time_point deadline,
-                const std::string& peer);
+                const std::string& peer, int* error = nullptr);
   void send_all(std::span<const uint8_t> bytes, Clock::time_point deadline, const std::string& peer) {
     send_all(bytes, {}, deadline, peer);
   }
