@@ -187,16 +187,24 @@ def run_peer(peer, model_name, np_, args, launcher=(), env=None, two_tasks=None)
     return min(per_rank)
 
 
+def rotated_medians(peers, rounds, run):
+    """Each peer's median of run(peer) over `rounds` rounds, the peers'
+    order rotating from round to round."""
+    values = {peer: [] for peer in peers}
+    for r in range(rounds):
+        shift = r % len(peers)
+        for peer in peers[shift:] + peers[:shift]:
+            values[peer].append(run(peer))
+    return {peer: statistics.median(v) for peer, v in values.items()}
+
+
 def table(models, np_, args, launcher=(), env=None, where="this host"):
     print(f"\ntraining steps/s, {np_} ranks on {where} (slowest rank, median of {args.rounds} rounds)")
     print(f"{'model':>12} {'one process':>12} {'hora':>9} {'ddp':>9} {'hora/ddp':>9} "
           f"{'hora eff.':>10} {'ddp eff.':>9}", flush=True)
     for model_name in models:
-        rounds = {peer: [] for peer in PEERS}
-        for r in range(args.rounds):
-            for peer in PEERS[r % 3:] + PEERS[:r % 3]:
-                rounds[peer].append(run_peer(peer, model_name, np_, args, launcher, env))
-        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        rate = rotated_medians(PEERS, args.rounds,
+                               lambda peer: run_peer(peer, model_name, np_, args, launcher, env))
         print(f"{model_name:>12} {rate['single']:>12.1f} {rate['hora']:>9.1f} {rate['ddp']:>9.1f} "
               f"{rate['hora'] / rate['ddp']:>8.2f}x {rate['hora'] / rate['single']:>9.0%} "
               f"{rate['ddp'] / rate['single']:>8.0%}", flush=True)
@@ -295,18 +303,14 @@ def keras_table(models, args):
     print(f"{'model':>12} {'one process':>12} {'hora':>9} {'mwms':>9} {'hora/mwms':>10} "
           f"{'hora eff.':>10} {'mwms eff.':>10}", flush=True)
     for model_name in models:
-        rounds = {peer: [] for peer in KERAS_PEERS}
-        for r in range(args.rounds):
-            for peer in KERAS_PEERS[r % 3:] + KERAS_PEERS[:r % 3]:
-                np_ = 1 if peer == "single" else args.np
-                steps = steps_for(model_name, args.steps)
-                master = ",".join(f"127.0.0.1:{free_port()}" for _ in range(np_))
-                argv = [sys.executable, os.path.abspath(__file__), "--worker", "keras-" + peer, "--models",
-                        model_name, "--steps", str(steps), "--master", master]
-                env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-                rounds[peer].append(min(run_job(np_, argv, env, cwd=REPO, timeout=1800,
-                                                what=f"keras {peer} {model_name}")))
-        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        def run(peer):
+            np_ = 1 if peer == "single" else args.np
+            master = ",".join(f"127.0.0.1:{free_port()}" for _ in range(np_))
+            argv = [sys.executable, os.path.abspath(__file__), "--worker", "keras-" + peer, "--models",
+                    model_name, "--steps", str(steps_for(model_name, args.steps)), "--master", master]
+            return min(run_job(np_, argv, {"TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=REPO, timeout=1800,
+                               what=f"keras {peer} {model_name}"))
+        rate = rotated_medians(KERAS_PEERS, args.rounds, run)
         print(f"{model_name:>12} {rate['single']:>12.1f} {rate['hora']:>9.1f} {rate['mwms']:>9.1f} "
               f"{rate['hora'] / rate['mwms']:>9.2f}x {rate['hora'] / rate['single']:>9.0%} "
               f"{rate['mwms'] / rate['single']:>9.0%}", flush=True)
@@ -384,14 +388,12 @@ def mxnet_table(models, args):
     print(f"{'model':>12} {'one process':>12} {'trainer':>9} {'optimizer':>10} {'trainer eff.':>13} "
           f"{'optimizer eff.':>15}", flush=True)
     for model_name in models:
-        rounds = {peer: [] for peer in MXNET_PEERS}
-        for r in range(args.rounds):
-            for peer in MXNET_PEERS[r % 3:] + MXNET_PEERS[:r % 3]:
-                np_ = 1 if peer == "single" else args.np
-                argv = [sys.executable, os.path.abspath(__file__), "--worker", "mxnet-" + peer, "--models",
-                        model_name, "--steps", str(steps_for(model_name, args.steps))]
-                rounds[peer].append(min(run_job(np_, argv, cwd=REPO, timeout=1800, what=f"mxnet {peer} {model_name}")))
-        rate = {peer: statistics.median(values) for peer, values in rounds.items()}
+        def run(peer):
+            np_ = 1 if peer == "single" else args.np
+            argv = [sys.executable, os.path.abspath(__file__), "--worker", "mxnet-" + peer, "--models",
+                    model_name, "--steps", str(steps_for(model_name, args.steps))]
+            return min(run_job(np_, argv, cwd=REPO, timeout=1800, what=f"mxnet {peer} {model_name}"))
+        rate = rotated_medians(MXNET_PEERS, args.rounds, run)
         print(f"{model_name:>12} {rate['single']:>12.1f} {rate['trainer']:>9.1f} {rate['optimizer']:>10.1f} "
               f"{rate['trainer'] / rate['single']:>12.0%} {rate['optimizer'] / rate['single']:>14.0%}", flush=True)
 
