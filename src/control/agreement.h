@@ -22,6 +22,7 @@
 // wait_for_entry() and the sends of an agreement that sends messages.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -76,6 +77,12 @@ class Agreement {
 
   // Executor: the entry at log position `index`, once appended.
   virtual std::optional<Entry> entry(uint64_t index) const = 0;
+  // Whether it is appended (cheaper than entry()).
+  virtual bool has_entry(uint64_t index) const { return entry(index).has_value(); }
+  // How long a driver that waits for an entry looks for the control
+  // message that brings it on its own thread (ProgressEngine::look);
+  // zero where entries are not brought by control messages.
+  virtual std::chrono::nanoseconds look_spin() const { return {}; }
   // This member has run the entries before `next`.
   virtual void set_consumed(uint64_t next) = 0;
   // Whether an entry this member has not run is in the log.

@@ -168,7 +168,14 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
   }
 }
 
-void ControlChannel::drain(Link& link) {
+std::optional<ControlMessage> ControlChannel::receive_now() {
+  if (auto message = pop_frame()) return message;
+  for (auto& link : links_)
+    if (link && !link->closed) drain(*link, /*once=*/true);
+  return pop_frame();
+}
+
+void ControlChannel::drain(Link& link, bool once) {
   uint8_t chunk[64 * 1024];
   while (!link.closed) {
     const std::optional<size_t> got = link.socket.recv_available(chunk, sizeof(chunk), &link.error);
@@ -178,6 +185,7 @@ void ControlChannel::drain(Link& link) {
       return;
     } else {
       link.frames.append({chunk, *got});
+      if (once && *got < sizeof(chunk)) return;
     }
   }
 }

@@ -54,6 +54,8 @@ class ControlChannel final : public ControlPlane {
 
   void send(int to, const std::vector<uint8_t>& bytes) override;
   std::optional<ControlMessage> receive(Clock::time_point deadline) override;
+  // One read of each connection, no poll(2).
+  std::optional<ControlMessage> receive_now() override;
   void wake() override;
   // Arms as the connections and the wake-up descriptor: readable when
   // receive() has something.
@@ -84,8 +86,10 @@ class ControlChannel final : public ControlPlane {
   // A complete frame from some link (round robin), or the closure of a
   // link whose frames have all been returned; nullopt if neither.
   std::optional<ControlMessage> pop_frame();
-  // Reads everything the socket has now.
-  void drain(Link& link);
+  // Reads everything the socket has now (`once`: stops after a read that
+  // did not fill the buffer, without reading again to learn there is no
+  // more).
+  void drain(Link& link, bool once = false);
   std::string peer_name(int rank) const;
   std::string unreachable_text(const Link& link) const;
   std::string remote_address(const Link& link) const;

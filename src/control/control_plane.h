@@ -49,6 +49,10 @@ class ControlPlane {
   // returned once, as a message with `closed` set, after every message it
   // sent; later calls no longer wait on it.
   virtual std::optional<ControlMessage> receive(Clock::time_point deadline) = 0;
+  // receive() without waiting, as cheaply as the plane can look (a
+  // driver's look: runtime/progress_engine.h); it need not report wake(),
+  // which the next receive() still does.
+  virtual std::optional<ControlMessage> receive_now() { return receive(Clock::time_point::min()); }
   virtual void wake() = 0;
 
   // Waiting for many sets' control planes on one thread

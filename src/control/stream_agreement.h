@@ -71,6 +71,8 @@ class StreamAgreement final : public Agreement {
   Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) override;
 
   std::optional<Entry> entry(uint64_t index) const override;
+  bool has_entry(uint64_t index) const override { return settled_.load() > index; }
+  std::chrono::nanoseconds look_spin() const override { return spin_; }
   void set_consumed(uint64_t next) override;
   bool entry_waiting() const override;
   void watch(uint32_t who, bool on) override;

@@ -13,13 +13,14 @@ using Agreement = control::Agreement;
 
 Executor::Executor(const EngineOptions& options, TensorQueue& queue, JoinLedger& joins,
                    telemetry::SetTelemetry& telemetry, const std::atomic<bool>& stopping,
-                   std::function<void()> wake_engine)
+                   std::function<void()> wake_engine, Look look)
     : options_(options),
       queue_(queue),
       joins_(joins),
       telemetry_(telemetry),
       stopping_(stopping),
       wake_engine_(std::move(wake_engine)),
+      look_(std::move(look)),
       runner_(telemetry) {}
 
 void Executor::attach(SetLinks& links, const ResponseCache& cache, ResponseCache* member_cache) {
@@ -78,7 +79,11 @@ void Executor::drive(const Work& work) {
       // agreed on before (the member that left ran it).
       if (failing_ && (!entry || !finish_agreed_)) break;
       if (!entry) {
-        agreement().wait_for_entry(next_entry_, give_up);
+        // The entry comes with a control message: look for it on this
+        // thread first (no thread is woken for it), then wait.
+        const std::chrono::nanoseconds spin = agreement().look_spin();
+        const auto found = [&] { return agreement().has_entry(next_entry_) || give_up(); };
+        if (spin.count() == 0 || !look_ || !look_(found, spin)) agreement().wait_for_entry(next_entry_, give_up);
         continue;
       }
       if (!run_entry(*entry, false)) break;

@@ -57,8 +57,13 @@ class Executor {
   using Clock = std::chrono::steady_clock;
 
   // `wake_engine`: makes the engine thread look at the log (any thread).
+  // `look`: a driver waiting for an entry the control plane brings runs the
+  // engine's loop on its own thread, when it can, for up to the given time
+  // or until the predicate holds; returns whether it did (ProgressEngine::
+  // look). Null: drivers only wait.
+  using Look = std::function<bool(const std::function<bool()>& found, std::chrono::nanoseconds spin)>;
   Executor(const EngineOptions& options, TensorQueue& queue, JoinLedger& joins, telemetry::SetTelemetry& telemetry,
-           const std::atomic<bool>& stopping, std::function<void()> wake_engine);
+           const std::atomic<bool>& stopping, std::function<void()> wake_engine, Look look = nullptr);
 
   // Engine thread, under the Submitter's lock, once the set is connected.
   // `cache` names the responses' slots; a member's `member_cache` is filled
@@ -83,7 +88,8 @@ class Executor {
   // Engine thread: responses of the coordinator, in order, for the log.
   void deliver(std::vector<Response> responses);
   // Engine thread: runs what the log holds, unless a driver does; a
-  // driver's failure becomes the set's (rethrown).
+  // driver's failure becomes the set's (rethrown). Not from a driver's
+  // look (it holds the executor role).
   void run_log();
 
   // The set is failing: drivers give up their role.
@@ -114,6 +120,7 @@ class Executor {
   telemetry::SetTelemetry& telemetry_;
   const std::atomic<bool>& stopping_;
   const std::function<void()> wake_engine_;
+  const Look look_;
   OpRunner runner_;
   // Set once by attach(), before any op can be admitted.
   SetLinks* links_ = nullptr;

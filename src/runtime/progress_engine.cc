@@ -1,9 +1,12 @@
 #include "runtime/progress_engine.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "coordinator/wire.h"
 #include "hora/errors.h"
+#include "util/caller_waits.h"
 
 namespace hora {
 namespace {
@@ -17,7 +20,10 @@ constexpr milliseconds kLongestSleep{1000};
 ProgressEngine::ProgressEngine(EngineOptions options, Connect connect, std::shared_ptr<ProgressPool> pool)
     : options_(std::move(options)),
       telemetry_(options_.process_set_id, options_.global_ranks, options_.rank, options_.timeline),
-      executor_(options_, queue_, submitter_, telemetry_, stopping_, [this] { wake(); }),
+      executor_(options_, queue_, submitter_, telemetry_, stopping_, [this] { wake(); },
+                [this](const std::function<bool()>& found, std::chrono::nanoseconds spin) {
+                  return look(found, spin);
+                }),
       submitter_(options_.process_set_id, queue_, executor_, stopping_),
       pool_(std::move(pool)) {
   thread_ = std::thread([this, connect = std::move(connect)] { run(connect); });
@@ -31,6 +37,12 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   if (submitted.slot) {
     telemetry_.cache_lookup(true);
     executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried));
+    // The engine thread completes an op nobody waits for: it must hear the
+    // peers' messages, which a set lent to a caller's looks does not.
+    if (!caller_waits) {
+      ProgressPool::Slot* slot = awake_slot_.load();
+      if (slot && ProgressPool::lent(*slot)) pool_->notify(*slot);
+    }
   } else {
     wake();
   }
@@ -156,22 +168,24 @@ void ProgressEngine::serve() {
 
 // With a pool: does what there is to do, reading every control message
 // already there, and returns when it must run again.
-std::optional<ProgressEngine::Clock::time_point> ProgressEngine::service() {
+std::optional<ProgressEngine::Clock::time_point> ProgressEngine::serve_once(bool driver) {
   Clock::time_point due = Clock::time_point::max();
   try {
     bool busy = false;  // the next message is likely soon
     while (!stopping_ && !failure()) {
       busy |= !queue_.empty();  // ops of this rank wait in the set
-      due = step();
+      due = step(!driver);
       if (failure()) break;
-      if (std::optional<ControlMessage> message = links_->receive(Clock::time_point::min())) {
+      if (std::optional<ControlMessage> message =
+              driver ? links_->receive_now() : links_->receive(Clock::time_point::min())) {
         on_message(*message);
         busy = true;
         continue;
       }
       // As a thread of the set's own would, look a moment longer before
-      // the pool arms the set (a negotiation round trip is that short).
-      if (!busy || !links_->control().await_briefly()) break;
+      // the pool arms the set (a negotiation round trip is that short);
+      // a driver looks again itself.
+      if (driver || !busy || !links_->control().await_briefly()) break;
       busy = false;
     }
   } catch (const std::exception& e) {
@@ -183,6 +197,28 @@ std::optional<ProgressEngine::Clock::time_point> ProgressEngine::service() {
     return std::nullopt;
   }
   return due;
+}
+
+bool ProgressEngine::look(const std::function<bool()>& found, std::chrono::nanoseconds spin) {
+  ProgressPool::Slot* slot = awake_slot_.load();
+  if (!slot || !pool_->borrow(*slot)) return false;
+  const CallerLooking looking;
+  const Clock::time_point until = Clock::now() + spin;
+  std::optional<Clock::time_point> due;
+  bool seen = false;
+  for (unsigned looks = 1;; ++looks) {
+    due = serve_once(/*driver=*/true);
+    if (!due || (seen = found())) break;
+    // The peer that sends the message may share this CPU: let it run now
+    // and then.
+    if (looks % 16 == 0) {
+      if (Clock::now() >= until) break;
+      sched_yield();
+    }
+    cpu_relax();
+  }
+  pool_->give_back(*slot, due, /*keep_lent=*/seen);
+  return seen;
 }
 
 // A collective or a control message failed; who is missing is not known
@@ -197,7 +233,7 @@ void ProgressEngine::record_failure(const std::exception& e) {
 
 // Takes new submissions, negotiates, runs the log and inspects when due;
 // returns when the loop must look again even if no message arrives.
-ProgressEngine::Clock::time_point ProgressEngine::step() {
+ProgressEngine::Clock::time_point ProgressEngine::step(bool run_log) {
   std::vector<Request> fresh = queue_.take_new();
   note_requests(fresh);
   auto now = Clock::now();
@@ -207,7 +243,7 @@ ProgressEngine::Clock::time_point ProgressEngine::step() {
   } else if (!fresh.empty()) {
     links_->send(0, member_->submit_local(std::move(fresh)));
   }
-  executor_.run_log();
+  if (run_log) executor_.run_log();
   now = Clock::now();
   if (now >= next_inspection_) {
     next_inspection_ = inspect(now);

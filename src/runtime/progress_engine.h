@@ -122,13 +122,22 @@ class ProgressEngine final : public WorkDriver,
 
  private:
   // ProgressPool::Client (the pool's thread that holds the set).
-  std::optional<Clock::time_point> service() override;
+  std::optional<Clock::time_point> service() override { return serve_once(false); }
   ControlPlane& control() override { return links_->control(); }
+  // service(), on the pool's thread or (`driver`) a driver's look, which
+  // holds the executor role and does not run the log.
+  std::optional<Clock::time_point> serve_once(bool driver);
+  // A driver that waits for an entry (Executor::drive) borrows the set from
+  // the pool and runs its loop until `found()` or for `spin`: the control
+  // message it waits for then wakes no other thread. False where the set
+  // cannot be borrowed now (a pool thread runs it) or `found()` stayed
+  // false.
+  bool look(const std::function<bool()>& found, std::chrono::nanoseconds spin);
 
   void run(const Connect& connect);
   bool connect_links(const Connect& connect);
   void serve();
-  Clock::time_point step();
+  Clock::time_point step(bool run_log = true);
   void note_requests(const std::vector<Request>& fresh);
   void on_message(const ControlMessage& message);
   void conclude_failure();

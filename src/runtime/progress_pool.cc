@@ -48,6 +48,9 @@ struct ProgressPool::Slot : std::enable_shared_from_this<Slot> {
   std::vector<int> fds;  // armed as descriptors, in the descriptor watch
   Clock::time_point due = Clock::time_point::max();
   Watch* watch = nullptr;  // listed there while idle
+  // Its descriptors (listed in fds) are off the watch: lent to a caller
+  // (borrow()). Written under the pool's mutex.
+  std::atomic<bool> lent{false};
 };
 
 // The sets one watcher sleeps on: up to kSetsPerWatch futex words, or (the
@@ -69,6 +72,7 @@ struct ProgressPool::Watch {
   int bell = -1;          // and its eventfd (in the set as id 0), written instead
   bool held = false;      // a thread watches it
   bool sleeping = false;  // that thread sleeps
+  Clock::time_point sleep_until = Clock::time_point::max();  // its timeout then
 };
 
 struct ProgressPool::Worker {
@@ -167,6 +171,45 @@ void ProgressPool::remove(Slot& slot) {
     const int state = slot.state.load();
     return state != Slot::kRunning && state != Slot::kAgain;
   });
+}
+
+bool ProgressPool::lent(const Slot& slot) { return slot.lent.load(std::memory_order_acquire); }
+
+bool ProgressPool::borrow(Slot& slot) {
+  // Still lent from the last time: nothing to take off the watch.
+  int idle = Slot::kIdle;
+  if (slot.lent.load(std::memory_order_acquire)) return slot.state.compare_exchange_strong(idle, Slot::kRunning);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (slot.removed || !slot.armed || slot.fds.empty()) return false;
+  if (!slot.state.compare_exchange_strong(idle, Slot::kRunning)) return false;
+  for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
+  slot.lent.store(true, std::memory_order_release);
+  return true;
+}
+
+void ProgressPool::give_back(Slot& slot, std::optional<Clock::time_point> due, bool keep_lent) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::shared_ptr<Slot> shared = slot.shared_from_this();
+  if (!due) {
+    slot.removed = true;
+    disarm_locked(slot);
+  } else if (slot.lent.load() && slot.armed && keep_lent) {
+    // Its watch runs it once the lending ends: one wake of the watcher at
+    // most every kLendFor while the caller keeps borrowing it.
+    slot.due = std::min(*due, Clock::now() + kLendFor);
+    Watch* watch = slot.watch;
+    if (watch && watch->sleeping && watch->sleep_until > slot.due + kLendFor) bump(*watch);
+  } else {
+    // Its descriptors go back on the watch (or, where a watcher that found
+    // it due meanwhile disarmed it, it is armed again).
+    arm_locked(shared, *due);
+  }
+  int running = Slot::kRunning;
+  if (!slot.state.compare_exchange_strong(running, Slot::kIdle)) {
+    slot.state.store(Slot::kIdle);  // notified meanwhile: a thread runs it
+    notify_locked(shared);
+  }
+  removed_.notify_all();
 }
 
 int ProgressPool::threads() const {
@@ -293,11 +336,14 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
     }
     watch.sleeping = true;
+    watch.sleep_until =
+        timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + milliseconds(timeout_ms);
     lock.unlock();
     int count = 0;
-    if (descriptor_spin_.count() > 0 && timeout_ms != 0 && caller_waiting()) {
+    if (descriptor_spin_.count() > 0 && timeout_ms != 0 && caller_waiting_unlooked()) {
       const auto spin_until = Clock::now() + descriptor_spin_;
-      while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until && caller_waiting()) {
+      while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until &&
+             caller_waiting_unlooked()) {
         sched_yield();  // the thread that would send the message may share this CPU
       }
       if (count == 0 && due != Clock::time_point::max()) {
@@ -363,6 +409,10 @@ void ProgressPool::run(std::unique_lock<std::mutex>& lock, const std::shared_ptr
 
 void ProgressPool::arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due) {
   if (slot->removed) return;
+  if (slot->armed && slot->lent.load() && !rewatch_locked(*slot)) {
+    disarm_locked(*slot);
+    due = Clock::now() + kCoalesce;
+  }
   if (!slot->armed) {
     std::optional<ControlPlane::Armed> armed = slot->client->control().arm();
     if (!armed) return notify_locked(slot);  // something is there already
@@ -408,8 +458,26 @@ bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& 
   return true;
 }
 
+// A lent set's descriptors go back on the watch; false (left off) when the
+// kernel refuses one.
+bool ProgressPool::rewatch_locked(Slot& slot) {
+  const int epoll = watches_.front()->epoll;
+  for (int fd : slot.fds) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = slot.id;
+    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0 && errno != EEXIST) {
+      log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
+      return false;
+    }
+  }
+  slot.lent.store(false, std::memory_order_release);
+  return true;
+}
+
 // Disarms the set's control plane and takes it off its watch.
 void ProgressPool::disarm_locked(Slot& slot) {
+  slot.lent.store(false, std::memory_order_release);
   if (slot.armed) {
     for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
     slot.fds.clear();

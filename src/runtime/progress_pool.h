@@ -89,6 +89,27 @@ class ProgressPool {
   // it; client is not called afterwards. Idempotent.
   void remove(Slot& slot);
 
+  // A caller that waits for an op of the set looks for the set's control
+  // messages itself (ProgressEngine::look): borrow() takes the set when no
+  // thread runs it and it is not queued, and takes its descriptors off the
+  // watch, so that a message wakes no thread (the caller finds it); the
+  // caller runs the set's loop and hands it back with give_back() and the
+  // time its loop must run again (nullopt: drop it, as after service()).
+  // Only sets armed by descriptors are lent; false otherwise. A
+  // notification meanwhile queues the set once it is given back.
+  //
+  // `keep_lent`: the caller found what it waited for, and its next op is
+  // likely soon: the descriptors stay off the watch for up to kLendFor
+  // (the watcher then runs the set once and watches it again), so that a
+  // peer's message that comes before that op wakes no thread either, and
+  // the next borrow() costs no system call. notify() ends the lending at
+  // once (a thread runs the set and watches it again).
+  static constexpr std::chrono::milliseconds kLendFor{2};
+  bool borrow(Slot& slot);
+  void give_back(Slot& slot, std::optional<Clock::time_point> due, bool keep_lent = false);
+  // Whether the set's descriptors are off the watch (lent; any thread).
+  static bool lent(const Slot& slot);
+
   // Brackets a call that may block for as long as an op takes (a
   // collective): on a pool thread, another thread serves queued sets and
   // this thread's watch meanwhile. `lazy`: only once the call is about to
@@ -127,6 +148,7 @@ class ProgressPool {
   void watch(std::unique_lock<std::mutex>& lock, Watch& watch);
   void watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch);
   bool watch_descriptors_locked(Slot& slot, const std::vector<int>& fds);
+  bool rewatch_locked(Slot& slot);
   void run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot);
   void notify_locked(const std::shared_ptr<Slot>& slot, bool staff = true);
   void arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due);

@@ -45,6 +45,7 @@ class SetLinks {
   std::optional<ControlMessage> receive(std::chrono::steady_clock::time_point deadline) {
     return control_->receive(deadline);
   }
+  std::optional<ControlMessage> receive_now() { return control_->receive_now(); }
   void wake() { control_->wake(); }
   ControlPlane& control() { return *control_; }
   // Gives up the data plane (Backend::abort); the control plane keeps working.

@@ -8,6 +8,7 @@ namespace hora {
 namespace {
 
 std::atomic<int> waiting_callers{0};
+std::atomic<int> looking_callers{0};
 
 }  // namespace
 
@@ -21,5 +22,13 @@ bool more_than_cores(size_t threads) noexcept {
 }
 
 bool caller_waiting() noexcept { return waiting_callers.load(std::memory_order_relaxed) > 0; }
+
+CallerLooking::CallerLooking() noexcept { looking_callers.fetch_add(1, std::memory_order_relaxed); }
+
+CallerLooking::~CallerLooking() { looking_callers.fetch_sub(1, std::memory_order_relaxed); }
+
+bool caller_waiting_unlooked() noexcept {
+  return waiting_callers.load(std::memory_order_relaxed) > looking_callers.load(std::memory_order_relaxed);
+}
 
 }  // namespace hora

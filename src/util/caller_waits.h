@@ -22,6 +22,21 @@ class CallerWaiting {
 // Whether some thread of this process waits for an op now.
 bool caller_waiting() noexcept;
 
+// Counts the calling thread, for its lifetime, as a waiting caller that
+// looks for its set's control messages itself (ProgressEngine::look): no
+// other thread need spin for those.
+class CallerLooking {
+ public:
+  CallerLooking() noexcept;
+  ~CallerLooking();
+  CallerLooking(const CallerLooking&) = delete;
+  CallerLooking& operator=(const CallerLooking&) = delete;
+};
+
+// Whether some thread of this process waits for an op and does not look
+// for its messages itself.
+bool caller_waiting_unlooked() noexcept;
+
 // Whether `threads` threads that may spin outnumber this host's CPUs (the
 // host's online CPUs, not this process's affinity: a launcher that binds
 // each rank to a core of its own, as mpirun does, leaves one CPU in the

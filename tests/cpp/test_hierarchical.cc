@@ -290,6 +290,16 @@ TEST(HierarchicalProcesses, KilledMemberFailsAPipelinedAllreduceOnEveryHost) {
   check_killed_member_fails_the_set(1 << 20);
 }
 
+// A rank's Runtime on kInterleaved hosts over the directory store at `dir`.
+Runtime interleaved_runtime(const std::string& dir, int rank, const std::vector<std::vector<int>>& sets) {
+  RuntimeConfig config;
+  config.rank = rank;
+  config.size = kRanks;
+  config.timeout = milliseconds(60'000);
+  config.start_timeout = milliseconds(60'000);
+  return Runtime(config, std::make_shared<test_support::DirectoryStore>(dir), factory_for(kInterleaved, rank), sets);
+}
+
 // Through the Runtime (negotiation, the engine's failure protocol): the
 // survivors' pending op fails with the set's verdict naming the killed
 // member, on the coordinator's host too.
@@ -297,13 +307,7 @@ TEST(HierarchicalProcesses, KilledMemberIsNamedByTheRuntime) {
   test_support::TemporaryDirectory dir;
   SharedClock* clock = SharedClock::make();
   auto outcomes = run_processes(kRanks, [&](int rank) {
-    RuntimeConfig config;
-    config.rank = rank;
-    config.size = kRanks;
-    config.timeout = milliseconds(60'000);
-    config.start_timeout = milliseconds(60'000);
-    Runtime runtime(config, std::make_shared<test_support::DirectoryStore>(dir.path()),
-                    factory_for(kInterleaved, rank), {});
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {});
     std::vector<float> v(1 << 12, 1.0f);
     OpArgs args;
     args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};
@@ -325,6 +329,44 @@ TEST(HierarchicalProcesses, KilledMemberIsNamedByTheRuntime) {
   EXPECT_TRUE(outcomes[3].killed);
   for (int r : {0, 1, 2}) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
   clock->release();
+}
+
+// Repeated ops through the Runtime on a set across hosts (the stream
+// agreement over the control channel): a caller that waits looks for the
+// records itself and keeps the set lent between its ops; an op nobody
+// waits for yet, a pause longer than the lending and a member that comes
+// late (rank 0, which relays the records) all still complete, with the
+// right sums, in both the set of every rank and a set of one rank per host.
+TEST(HierarchicalProcesses, RepeatedOpsThatCallersWaitForAndOnesTheyDoNot) {
+  test_support::TemporaryDirectory dir;
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {{0, 1}});
+    auto op = [](std::vector<float>& v, const char* name, bool caller_waits) {
+      OpArgs args;
+      args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};
+      args.output = args.input;
+      args.name = name;
+      args.caller_waits = caller_waits;
+      return args;
+    };
+    for (int step = 0; step < 40; ++step) {
+      for (int32_t set : {0, 1}) {
+        if (set == 1 && rank > 1) continue;
+        const float members = set == 0 ? kRanks : 2;
+        std::vector<float> small(3, float(rank + step)), large(5000, 1.0f);
+        auto later = runtime.enqueue(set, op(large, "large", false));
+        if (step % 10 == 5) std::this_thread::sleep_for(milliseconds(rank == 0 ? 20 : 5));
+        runtime.enqueue(set, op(small, "small", true))->wait();
+        later->wait();
+        const float expected = set == 0 ? 6.0f + kRanks * step : 1.0f + 2 * step;
+        require(small == std::vector<float>(3, expected),
+                "set " + std::to_string(set) + " step " + std::to_string(step) + ": small sum " +
+                    std::to_string(small[0]) + ", expected " + std::to_string(expected));
+        require(large == std::vector<float>(5000, members), "set " + std::to_string(set) + ": wrong large sum");
+      }
+    }
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
 }
 
 // Rank 1 gives the set up while the others wait in an allreduce that needs

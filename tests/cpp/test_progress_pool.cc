@@ -15,6 +15,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -373,6 +374,83 @@ TEST(ProgressPool, ASetThatSaysStopIsDroppedAndDisarmed) {
   EXPECT_EQ(set.runs, 1) << "a dropped set ran again";
   EXPECT_EQ(set.plane.armed(), 0);
   pool.remove(*slot);
+}
+
+// A caller that waits borrows a set armed by descriptors: no pool thread
+// runs it while it is lent, not even when a message comes (the caller
+// reads it); given back, the pool watches it again, and a notification
+// meanwhile makes it run then.
+TEST(ProgressPool, ALentSetIsRunByItsBorrowerAloneAndWatchedAgainWhenGivenBack) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  DescriptorSet set;
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
+  std::this_thread::sleep_for(20ms);  // armed again after its first run
+  ASSERT_TRUE(pool.borrow(*slot));
+  EXPECT_TRUE(ProgressPool::lent(*slot));
+  EXPECT_FALSE(pool.borrow(*slot)) << "a set was lent twice at once";
+  set.plane.ring();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, 1) << "a pool thread ran a lent set";
+  std::optional<Clock::time_point> due = set.service();  // the borrower reads the message
+  pool.notify(*slot);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, 2) << "a notification ran a lent set before it was given back";
+  pool.give_back(*slot, due);
+  EXPECT_FALSE(ProgressPool::lent(*slot));
+  ASSERT_TRUE(eventually([&] { return set.runs == 3; })) << "the notification made while it was lent was lost";
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs == 4; })) << "a set given back is not watched again";
+  pool.remove(*slot);
+}
+
+// Kept lent (the caller's next op is likely soon), a set is borrowed again
+// at once; a message that comes while nobody borrows it is still served,
+// after the lending time, and a notification ends the lending at once.
+TEST(ProgressPool, ASetKeptLentIsServedOnceTheLendingEnds) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  DescriptorSet set;
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(pool.borrow(*slot));
+  pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+  EXPECT_TRUE(ProgressPool::lent(*slot));
+  ASSERT_TRUE(pool.borrow(*slot)) << "a set kept lent could not be borrowed again";
+  pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+  const int runs = set.runs;
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs == runs + 1; }, 2s)) << "a message to a set kept lent was never served";
+  EXPECT_TRUE(eventually([&] { return !ProgressPool::lent(*slot); }));
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs == runs + 2; })) << "the lending ended without watching the set";
+
+  ASSERT_TRUE(pool.borrow(*slot));
+  pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+  pool.notify(*slot);
+  ASSERT_TRUE(eventually([&] { return set.runs == runs + 4 && !ProgressPool::lent(*slot); }));
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs == runs + 5; })) << "a notification did not end the lending";
+  pool.remove(*slot);
+}
+
+// Only sets armed by descriptors are lent (a futex word has no cheaper
+// look than the pool's own), and never a removed one.
+TEST(ProgressPool, OnlyDescriptorSetsThatThePoolHoldsAreLent) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  CountingSet word_set;
+  DescriptorSet descriptor_set;
+  auto word_slot = pool.add(word_set);
+  auto descriptor_slot = pool.add(descriptor_set);
+  ASSERT_TRUE(eventually([&] { return word_set.plane.armed() == 1 && descriptor_set.runs == 1; }));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pool.borrow(*word_slot));
+  pool.remove(*descriptor_slot);
+  EXPECT_FALSE(pool.borrow(*descriptor_slot)) << "a removed set was lent";
+  pool.remove(*word_slot);
 }
 
 int threads_of_this_process() {
