@@ -80,8 +80,11 @@ class Agreement {
   // Whether it is appended (cheaper than entry()).
   virtual bool has_entry(uint64_t index) const { return entry(index).has_value(); }
   // How long a driver that waits for an entry looks for the control
-  // message that brings it on its own thread (ProgressEngine::look);
-  // zero where entries are not brought by control messages.
+  // message that brings it on its own thread (ProgressEngine::look); zero
+  // where entries are not brought by control messages. A driver does not
+  // look where it may spin only briefly (kUnwatchedSpin: more ranks than
+  // cores), since taking the set from the pool and giving it back costs
+  // more than such a look finds.
   virtual std::chrono::nanoseconds look_spin() const { return {}; }
   // This member has run the entries before `next`.
   virtual void set_consumed(uint64_t next) = 0;

@@ -9,6 +9,7 @@
 #include "store/cancellable_wait.h"
 #include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/attachment.h"
+#include "transport/shm/segment_setup.h"
 #include "transport/shm/shm_backend.h"
 #include "util/caller_waits.h"
 
@@ -167,10 +168,11 @@ SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, in
     throw InvalidArgument("backend: global rank " + std::to_string(global_ranks.back()) + " is not in the job's " +
                           std::to_string(options_.shm->world_size) + " ranks");
   if (!set_store) throw InvalidArgument("backend: the set store is null");
+  std::vector<std::string> identities;
   if (hosts_ && global_ranks.size() > 1) {
     const std::shared_ptr<shm::HeadStart> head = take_head_start(*set_store);
     if (!head) hosts_->publish(global_ranks, rank, *set_store);
-    const std::vector<std::string> identities = hosts_->of(global_ranks, rank, *set_store, timeout, cancelled);
+    identities = hosts_->of(global_ranks, rank, *set_store, timeout, cancelled);
     const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
     if (layout.hosts.size() == 1) {
       if (auto shared = connect_shared(global_ranks, rank, *set_store, timeout, cancelled, head.get()))
@@ -179,7 +181,7 @@ SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, in
       return connect_across_hosts(global_ranks, rank, identities, set_store, timeout, cancelled);
     }
   }
-  return connect_network(global_ranks, rank, std::move(set_store), timeout, cancelled);
+  return connect_network(global_ranks, rank, std::move(set_store), timeout, cancelled, identities);
 }
 
 // One segment for the set: ShmBackend and the rings, sharing the member's
@@ -216,7 +218,7 @@ SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& glo
       return std::move(shared->backend);
     return network(ranks, me, std::move(store));
   };
-  SetTransports transports = network_transports();
+  SetTransports transports = network_transports(identities, rank);
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
   transports.backend = hierarchical::make_hierarchical_backend(global_ranks, rank, hierarchical::plan_hosts(identities),
                                                                set_store, local, network);
@@ -229,20 +231,31 @@ SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& glo
 // them would leave it nothing to join).
 SetTransports TransportPlanner::connect_network(const std::vector<int>& global_ranks, int rank,
                                                 std::shared_ptr<Store> set_store, milliseconds timeout,
-                                                const std::atomic<bool>& cancelled) const {
-  SetTransports transports = network_transports();
+                                                const std::atomic<bool>& cancelled,
+                                                const std::vector<std::string>& identities) const {
+  SetTransports transports = network_transports(identities, rank);
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
   transports.backend = network_->create(global_ranks, global_ranks[rank], set_store, timeout, cancelled);
   return transports;
 }
 
 // A set on the network control plane: its agreement, whose drivers spin
-// only briefly where this host's ranks outnumber its cores.
-SetTransports TransportPlanner::network_transports() const {
+// only briefly where this host's ranks outnumber its cores, or where the
+// set's members on this machine do (hosts that are containers or network
+// namespaces of one machine: their identities name its boot; `identities`
+// of the members, by set rank, where known).
+SetTransports TransportPlanner::network_transports(const std::vector<std::string>& identities, int rank) const {
   SetTransports transports;
   transports.stream_agreement = options_.stream_agreement;
   if (options_.shm && options_.shm->host_ranks > 0 && more_than_cores(static_cast<size_t>(options_.shm->host_ranks)))
     transports.agreement_spin = kUnwatchedSpin;
+  if (!identities.empty()) {
+    const std::string machine = shm::machine_of(identities[rank]);
+    const auto on_this_machine = std::count_if(identities.begin(), identities.end(), [&](const std::string& identity) {
+      return shm::machine_of(identity) == machine;
+    });
+    if (more_than_cores(static_cast<size_t>(on_this_machine))) transports.agreement_spin = kUnwatchedSpin;
+  }
   return transports;
 }
 

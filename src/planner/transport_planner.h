@@ -114,8 +114,9 @@ class TransportPlanner {
                                      const std::shared_ptr<Store>& set_store, std::chrono::milliseconds timeout,
                                      const std::atomic<bool>& cancelled) const;
   SetTransports connect_network(const std::vector<int>& global_ranks, int rank, std::shared_ptr<Store> set_store,
-                                std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled) const;
-  SetTransports network_transports() const;
+                                std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled,
+                                const std::vector<std::string>& identities = {}) const;
+  SetTransports network_transports(const std::vector<std::string>& identities = {}, int rank = 0) const;
   std::unique_ptr<ControlPlane> network_control(const std::vector<int>& global_ranks, int rank, Store& store,
                                                 std::chrono::milliseconds timeout,
                                                 const std::atomic<bool>& cancelled) const;

@@ -6,6 +6,7 @@
 
 #include "core/reduce.h"
 #include "hora/errors.h"
+#include "util/caller_waits.h"
 
 namespace hora {
 
@@ -83,7 +84,7 @@ void Executor::drive(const Work& work) {
         // thread first (no thread is woken for it), then wait.
         const std::chrono::nanoseconds spin = agreement().look_spin();
         const auto found = [&] { return agreement().has_entry(next_entry_) || give_up(); };
-        if (spin.count() == 0 || !look_ || !look_(found, spin)) agreement().wait_for_entry(next_entry_, give_up);
+        if (spin <= kUnwatchedSpin || !look_ || !look_(found, spin)) agreement().wait_for_entry(next_entry_, give_up);
         continue;
       }
       if (!run_entry(*entry, false)) break;

@@ -217,7 +217,10 @@ bool ProgressEngine::look(const std::function<bool()>& found, std::chrono::nanos
     }
     cpu_relax();
   }
-  pool_->give_back(*slot, due, /*keep_lent=*/seen);
+  // The coordinator of more than two members relays the others' records:
+  // a peer may wait for those while this caller computes.
+  const bool keep = seen && (!options_.coordinator() || options_.size() == 2);
+  pool_->give_back(*slot, due, keep);
   return seen;
 }
 

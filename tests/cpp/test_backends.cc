@@ -206,8 +206,9 @@ TEST_P(BackendCollectives, AlltoallvDeliversUnevenSplits) {
 }
 
 // Large enough for the ring allreduce and the chain broadcast of the TCP
-// data plane (above TcpBackend::kSmallBytes), with counts that do not
-// divide among the members; float sums that depend on the order of
+// data plane (above TcpBackend::kSmallBytes; two members exchange whole
+// buffers up to kPairExchangeBytes, the ring beyond), with counts that do
+// not divide among the members; float sums that depend on the order of
 // addition must still leave every member with the same bits.
 TEST_P(BackendCollectives, LargeBuffersReduceAndBroadcastToTheSameBits) {
   constexpr size_t kCount = (1 << 20) / 4 + 7;
@@ -215,13 +216,17 @@ TEST_P(BackendCollectives, LargeBuffersReduceAndBroadcastToTheSameBits) {
   std::vector<std::vector<float>> results;
   run([&](Backend& b, ControlPlane& c, int) {
     const int r = b.rank(), n = b.size();
-    std::vector<float> sum(kCount);
-    for (size_t i = 0; i < kCount; ++i) sum[i] = 1.0f / static_cast<float>(3 + (i * 7 + static_cast<size_t>(r) * 13) % 101);
-    b.allreduce(sum.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
-    for (size_t i = 0; i < kCount; i += 997) {
-      double expected = 0;
-      for (int k = 0; k < n; ++k) expected += 1.0 / static_cast<double>(3 + (i * 7 + static_cast<size_t>(k) * 13) % 101);
-      ASSERT_NEAR(sum[i], expected, 1e-5) << "element " << i;
+    std::vector<float> sum;
+    for (size_t count : {size_t{256 << 10} / 4 + 7, kCount}) {
+      sum.assign(count, 0.0f);
+      for (size_t i = 0; i < count; ++i)
+        sum[i] = 1.0f / static_cast<float>(3 + (i * 7 + static_cast<size_t>(r) * 13) % 101);
+      b.allreduce(sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      for (size_t i = 0; i < count; i += 997) {
+        double expected = 0;
+        for (int k = 0; k < n; ++k) expected += 1.0 / static_cast<double>(3 + (i * 7 + static_cast<size_t>(k) * 13) % 101);
+        ASSERT_NEAR(sum[i], expected, 1e-5) << count << " elements: element " << i;
+      }
     }
     std::vector<int32_t> min(kCount);
     for (size_t i = 0; i < kCount; ++i) min[i] = static_cast<int32_t>((i + static_cast<size_t>(r) * 5) % 11);

@@ -18,6 +18,7 @@
 #include "planner/transport_planner.h"
 #include "transport/backend.h"
 #include "transport/hierarchical/hierarchical_backend.h"
+#include "transport/shm/segment_setup.h"
 #include "transport/shm/shm_backend.h"
 
 namespace hora {
@@ -447,6 +448,17 @@ TEST(HierarchicalChoice, OnlyHostsWithSharedMembersAreComposed) {
 
 TEST(HierarchicalChoice, OneMemberWithSharedMemoryOffKeepsTheSetFlat) {
   EXPECT_EQ(chosen(kBlocks, {true, true, false, true}), std::vector<Kind>(4, Kind::kNetwork));
+}
+
+// Hosts that are network namespaces or containers of one machine have
+// their own host names but share its boot, and so its cores.
+TEST(HierarchicalLayout, HostsOfOneMachineShareItsBoot) {
+  const std::string here = shm::this_host_identity("host-a");
+  EXPECT_NE(here, shm::this_host_identity("host-b"));
+  EXPECT_EQ(shm::machine_of(here), shm::machine_of(shm::this_host_identity("host-b")));
+  EXPECT_FALSE(shm::machine_of(here).empty());
+  EXPECT_EQ(shm::machine_of("boot-1|node-7|64|4026531836|"), "boot-1");
+  EXPECT_NE(shm::machine_of("boot-1|node-7|64|1|"), shm::machine_of("boot-2|node-7|64|1|"));
 }
 
 TEST(HierarchicalLayout, HostsAreNumberedByTheirLowestMember) {

@@ -245,6 +245,8 @@ std::string this_host_identity(const std::string& claimed) {
          "|" + claimed;
 }
 
+std::string machine_of(const std::string& identity) { return identity.substr(0, identity.find('|')); }
+
 ShmTuning tuning_for(size_t members, int host_ranks) {
   ShmTuning tuning;
   // More members (or ranks of the job on this host) than cores.

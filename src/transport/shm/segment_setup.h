@@ -78,6 +78,9 @@ class SegmentSetup {
 // pids: the same kernel boot, host name, /dev/shm file system and pid
 // namespace. `claimed` (tests) is appended.
 std::string this_host_identity(const std::string& claimed);
+// The machine a host identity is on (its boot): hosts that are containers
+// or network namespaces of one machine share it, and its cores.
+std::string machine_of(const std::string& identity);
 
 // The tuning of a set of `members` on a host where `host_ranks` ranks of
 // the job run (0: unknown): waits spin less when they outnumber the cores.

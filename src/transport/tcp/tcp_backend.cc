@@ -23,13 +23,24 @@ struct ArrivingBlock {
   DataType dtype;
   ReduceOp op;
   size_t reduced = 0;  // bytes
+  // The incoming block is the lower set rank's: it goes first (the result
+  // is written into `own` all the same), so both members get the same bits.
+  bool lower_first = false;
 
   static void arrived(void* context, size_t done) {
     auto& block = *static_cast<ArrivingBlock*>(context);
     const size_t whole = done - done % block.element_bytes;
     if (whole - block.reduced < kReducePiece && done != block.bytes) return;
-    reduce_into(block.own + block.reduced, block.incoming + block.reduced, (whole - block.reduced) / block.element_bytes,
-                block.dtype, block.op);
+    uint8_t* own = block.own + block.reduced;
+    const uint8_t* incoming = block.incoming + block.reduced;
+    const size_t piece = whole - block.reduced, count = piece / block.element_bytes;
+    if (block.lower_first) {
+      auto* first = const_cast<uint8_t*>(incoming);  // the staging buffer: ours to write
+      reduce_into(first, own, count, block.dtype, block.op);
+      std::memcpy(own, first, piece);
+    } else {
+      reduce_into(own, incoming, count, block.dtype, block.op);
+    }
     block.reduced = whole;
   }
 };
@@ -56,7 +67,10 @@ uint8_t* TcpBackend::staging(size_t bytes) {
 void TcpBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (size() == 1 || count == 0) return;
   auto* bytes = static_cast<uint8_t*>(buf);
-  if (count * dtype_size(dtype) <= kSmallBytes || count < static_cast<size_t>(size())) {
+  const size_t total = count * dtype_size(dtype);
+  if (size() == 2 && total <= kPairExchangeBytes) {
+    exchange_reduce(1 - rank(), bytes, count, dtype, op);
+  } else if (total <= kSmallBytes || count < static_cast<size_t>(size())) {
     recursive_doubling(bytes, count, dtype, op);
   } else {
     ring_allreduce(bytes, count, dtype, op);
@@ -64,16 +78,16 @@ void TcpBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
 }
 
 void TcpBackend::exchange_reduce(int peer, uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
-  const size_t bytes = count * dtype_size(dtype);
+  const size_t element = dtype_size(dtype), bytes = count * element;
   uint8_t* theirs = staging(bytes);
+  // Reduced as the peer's bytes arrive, in set-rank order: the higher rank
+  // reduces its own into the peer's piece and copies the piece back.
+  ArrivingBlock block{buf, theirs, element, bytes, dtype, op};
+  block.lower_first = peer < rank();
   Move moves[] = {Move::to(peer, buf, bytes), Move::from(peer, theirs, bytes)};
+  moves[1].arrived = &ArrivingBlock::arrived;
+  moves[1].context = &block;
   links_.run(moves, "allreduce");
-  if (rank() < peer) {
-    reduce_into(buf, theirs, count, dtype, op);
-  } else {
-    reduce_into(theirs, buf, count, dtype, op);
-    std::memcpy(buf, theirs, bytes);
-  }
 }
 
 void TcpBackend::recursive_doubling(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {

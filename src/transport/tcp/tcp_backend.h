@@ -4,9 +4,12 @@
 //
 //   allreduce   up to kSmallBytes: recursive doubling (log2 n exchanges;
 //               with n not a power of two, the first ranks fold pairwise
-//               first); beyond: ring reduce-scatter then ring allgather,
-//               each block reduced as its bytes arrive. Every pair reduces
-//               in set-rank order, so every member ends with the same bits.
+//               first); beyond: ring reduce-scatter then ring allgather.
+//               Two members exchange whole buffers up to kPairExchangeBytes
+//               (the same bytes as the ring's two halves, in one round).
+//               Blocks are reduced as their bytes arrive; every pair
+//               reduces in set-rank order, so every member ends with the
+//               same bits.
 //   broadcast   up to kSmallBytes (or between two members): binomial tree;
 //               beyond: a chain from the root in which every member
 //               forwards each byte as it arrives.
@@ -34,6 +37,9 @@ class TcpBackend final : public Backend {
   // Up to this many bytes, allreduce uses recursive doubling and broadcast
   // a tree; beyond, the ring and the chain.
   static constexpr size_t kSmallBytes = 32 << 10;
+  // Up to this many bytes, two members exchange whole buffers: the ring's
+  // second round costs more than reducing the whole buffer on both.
+  static constexpr size_t kPairExchangeBytes = 1 << 20;
 
   TcpBackend(std::vector<int> global_ranks, int rank, std::vector<net::Socket> sockets, Waiting waiting);
 
