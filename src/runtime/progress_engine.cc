@@ -37,8 +37,9 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   if (submitted.slot) {
     telemetry_.cache_lookup(true);
     executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried));
-    // The engine thread completes an op nobody waits for: it must hear the
-    // peers' messages, which a set lent to a caller's looks does not.
+    // The engine thread completes an op nobody waits for, so it must hear
+    // the peers' messages: a set still lent to a caller is watched by no
+    // thread of the pool.
     if (!caller_waits) {
       ProgressPool::Slot* slot = awake_slot_.load();
       if (slot && ProgressPool::lent(*slot)) pool_->notify(*slot);
