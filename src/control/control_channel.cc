@@ -124,7 +124,9 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
   try {
     link.socket.send_all(header, bytes, Clock::now() + send_timeout_, peer_name(to), &broken);
   } catch (const Error& e) {
-    if (broken != 0) link.send_error.store(broken, std::memory_order_relaxed);
+    // The first error is the cause: a send after a timed-out one sees only EPIPE.
+    int none = 0;
+    if (broken != 0) link.send_error.compare_exchange_strong(none, broken, std::memory_order_relaxed);
     throw PeerFailure(set_name_ + ": control plane: " + e.what());
   }
 }
@@ -200,8 +202,7 @@ std::string ControlChannel::remote_address(const Link& link) const {
 // Why a closed link is the peer's host going silent, or "".
 std::string ControlChannel::unreachable_text(const Link& link) const {
   // A sender may have been told first, the reader then seeing only an end.
-  const int error = link.error != 0 ? link.error : link.send_error.load(std::memory_order_relaxed);
-  if (error != ETIMEDOUT) return "";
+  if (!net::went_silent(link.error) && !net::went_silent(link.send_error.load(std::memory_order_relaxed))) return "";
   const std::string address = link.address.empty() ? "its host" : link.address;
   return "no answer from " + address + " for " + seconds_text(link_timeout_) +
          " (HORA_LINK_TIMEOUT_SECONDS): its host is down or the network to it is cut";

@@ -349,6 +349,8 @@ void watch_liveness(int fd, std::chrono::milliseconds timeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
+bool went_silent(int error) { return error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH; }
+
 std::string peer_address(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);

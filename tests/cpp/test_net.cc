@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -204,6 +205,15 @@ TEST(Sockets, AddressesSplitIntoHostAndPort) {
   }
   EXPECT_NE(error_of<InvalidArgument>([] { Listener("no-such-host.invalid"); }).find("no-such-host.invalid"),
             std::string::npos);
+}
+
+// A watched connection whose peer's host went quiet breaks with ETIMEDOUT, or
+// with the ICMP error that came meanwhile (a neighbour that no longer answers
+// ARP leaves EHOSTUNREACH): both are the host's silence, an end or a reset is
+// not. tests/python/test_cluster.py cuts a real link.
+TEST(Sockets, ABreakFromAHostsSilenceIsToldFromAnEnd) {
+  for (int error : {ETIMEDOUT, EHOSTUNREACH, ENETUNREACH}) EXPECT_TRUE(went_silent(error)) << error;
+  for (int error : {0, ECONNRESET, EPIPE, ECONNREFUSED}) EXPECT_FALSE(went_silent(error)) << error;
 }
 
 }  // namespace

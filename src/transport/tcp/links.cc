@@ -100,7 +100,7 @@ bool Links::pump(std::span<Move> moves, const char* what) {
     const int error = errno;
     if (broken_) check_usable(what);
     fail(set_name_ + ": " + what + ": the data connection to " + peer_name(move.peer) + " broke: " +
-             (error == ETIMEDOUT ? "its host answers nothing (HORA_LINK_TIMEOUT_SECONDS)" : std::strerror(error)),
+             (net::went_silent(error) ? "its host answers nothing (HORA_LINK_TIMEOUT_SECONDS)" : std::strerror(error)),
          false);
   }
   return progress;
