@@ -235,6 +235,19 @@ def test_ranks_do_not_outlive_a_killed_horarun():
     assert not alive
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python before 3.11 makes a group only with a session")
+def test_each_rank_is_a_process_group_of_its_own_in_horaruns_session():
+    # Its own group: horarun signals the rank and whatever it started, and a
+    # Ctrl-C at the terminal reaches horarun alone. horarun's session: the
+    # kernel's autogroup scheduling then keeps the ranks in one group.
+    out = horarun("-np", "2", *python_rank("""
+        import os
+        print(os.getpgrp() == os.getpid(), os.getsid(0) == os.getsid(os.getppid()) != os.getpid())
+    """))
+    assert out.returncode == 0, out.stderr
+    assert lines_by_rank(out.stdout) == {0: ["True True"], 1: ["True True"]}
+
+
 def running(pid):
     """True while `pid` exists and is not a zombie."""
     try:

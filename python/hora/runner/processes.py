@@ -17,6 +17,15 @@ from hora.runner import failures
 # Keeps the lines of different ranks whole on our stdout and stderr.
 _OUTPUT_LOCK = threading.Lock()
 
+# A rank runs in a process group of its own (for signals) inside horarun's
+# session: with the kernel's autogroup scheduling, a session of its own makes
+# every rank a scheduling group of its own, and ranks that outnumber the cores
+# then take turns on them more slowly. Not the terminal's foreground group, so
+# a Ctrl-C reaches horarun alone, which stops the ranks. Python before 3.11
+# cannot make a group without a session (no preexec_fn: horarun has threads).
+_OWN_PROCESS_GROUP = ({"process_group": 0} if sys.version_info >= (3, 11)
+                      else {"start_new_session": True})
+
 
 def print_own_lines(lines):
     """Prints horarun's own `lines` on stderr, each after 'horarun: ',
@@ -91,7 +100,7 @@ class RankProcess:
             copies = [open(os.path.join(output_dir, name), "wb") for name in ("stdout", "stderr")]
         self.popen = subprocess.Popen(
             argv, env=environ, stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **_OWN_PROCESS_GROUP)
         # Before any of its output is forwarded: whoever sees the rank running
         # can rely on it being watched.
         on_start(self.popen.pid)
