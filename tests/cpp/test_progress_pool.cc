@@ -386,8 +386,8 @@ TEST(ProgressPool, ALentSetIsRunByItsBorrowerAloneAndWatchedAgainWhenGivenBack) 
   DescriptorSet set;
   auto slot = pool.add(set);
   ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
-  std::this_thread::sleep_for(20ms);  // armed again after its first run
-  ASSERT_TRUE(pool.borrow(*slot));
+  // Lent once armed again after its first run.
+  ASSERT_TRUE(eventually([&] { return pool.borrow(*slot); }));
   EXPECT_TRUE(ProgressPool::lent(*slot));
   EXPECT_FALSE(pool.borrow(*slot)) << "a set was lent twice at once";
   set.plane.ring();
@@ -407,32 +407,46 @@ TEST(ProgressPool, ALentSetIsRunByItsBorrowerAloneAndWatchedAgainWhenGivenBack) 
 
 // Kept lent (the caller's next op is likely soon), a set is borrowed again
 // at once; a message that comes while nobody borrows it is still served,
-// after the lending time, and a notification ends the lending at once.
+// after the lending time, and a notification ends the lending. The
+// watcher also runs the set when the lending ends (2 ms), message or not,
+// so runs are counted as "at least", and a thread this test loses its CPU
+// to may end a lending before the test looks: it tries again.
 TEST(ProgressPool, ASetKeptLentIsServedOnceTheLendingEnds) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   ProgressPool pool;
   DescriptorSet set;
   auto slot = pool.add(set);
   ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
-  std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(pool.borrow(*slot));
-  pool.give_back(*slot, set.service(), /*keep_lent=*/true);
-  EXPECT_TRUE(ProgressPool::lent(*slot));
-  ASSERT_TRUE(pool.borrow(*slot)) << "a set kept lent could not be borrowed again";
-  pool.give_back(*slot, set.service(), /*keep_lent=*/true);
-  const int runs = set.runs;
-  set.plane.ring();
-  ASSERT_TRUE(eventually([&] { return set.runs == runs + 1; }, 2s)) << "a message to a set kept lent was never served";
-  EXPECT_TRUE(eventually([&] { return !ProgressPool::lent(*slot); }));
-  set.plane.ring();
-  ASSERT_TRUE(eventually([&] { return set.runs == runs + 2; })) << "the lending ended without watching the set";
+  const auto borrow = [&] { return eventually([&] { return pool.borrow(*slot); }); };
 
-  ASSERT_TRUE(pool.borrow(*slot));
+  bool borrowed_again = false;
+  for (int attempt = 0; attempt < 100 && !borrowed_again; ++attempt) {
+    ASSERT_TRUE(borrow());
+    pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+    // Still lent: borrowing it again takes it from nobody.
+    if (ProgressPool::lent(*slot) && pool.borrow(*slot)) {
+      borrowed_again = true;
+      pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+    }
+  }
+  ASSERT_TRUE(borrowed_again) << "a set kept lent was never borrowed again";
+  int runs = set.runs;
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs > runs && !ProgressPool::lent(*slot); }, 2s))
+      << "a message to a set kept lent was never served";
+  std::this_thread::sleep_for(20ms);
+  runs = set.runs;
+  set.plane.ring();
+  ASSERT_TRUE(eventually([&] { return set.runs > runs; })) << "the lending ended without watching the set";
+
+  ASSERT_TRUE(borrow());
   pool.give_back(*slot, set.service(), /*keep_lent=*/true);
   pool.notify(*slot);
-  ASSERT_TRUE(eventually([&] { return set.runs == runs + 4 && !ProgressPool::lent(*slot); }));
+  ASSERT_TRUE(eventually([&] { return !ProgressPool::lent(*slot); }));
+  std::this_thread::sleep_for(20ms);
+  runs = set.runs;
   set.plane.ring();
-  ASSERT_TRUE(eventually([&] { return set.runs == runs + 5; })) << "a notification did not end the lending";
+  ASSERT_TRUE(eventually([&] { return set.runs > runs; })) << "a set notified while lent was not watched again";
   pool.remove(*slot);
 }
 

@@ -1,0 +1,152 @@
+// ProgressPool's descriptor watch (the epoll set of every TCP control
+// connection) and the lending of a set to a caller that waits for it
+// (borrow(), give_back()): docs/progress_threads.md.
+#include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/progress_pool.h"
+#include "runtime/progress_pool_parts.h"
+#include "util/caller_waits.h"
+#include "util/log.h"
+
+namespace hora {
+
+using progress_pool_parts::kCoalesce;
+using std::chrono::milliseconds;
+
+bool ProgressPool::lent(const Slot& slot) { return slot.lent.load(std::memory_order_acquire); }
+
+bool ProgressPool::borrow(Slot& slot) {
+  // Still lent from the last time: nothing to take off the watch.
+  int idle = Slot::kIdle;
+  if (slot.lent.load(std::memory_order_acquire)) return slot.state.compare_exchange_strong(idle, Slot::kRunning);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (slot.removed || !slot.armed || slot.fds.empty()) return false;
+  if (!slot.state.compare_exchange_strong(idle, Slot::kRunning)) return false;
+  for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
+  slot.lent.store(true, std::memory_order_release);
+  return true;
+}
+
+void ProgressPool::give_back(Slot& slot, std::optional<Clock::time_point> due, bool keep_lent) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::shared_ptr<Slot> shared = slot.shared_from_this();
+  if (!due) {
+    slot.removed = true;
+    disarm_locked(slot);
+  } else if (slot.lent.load() && slot.armed && keep_lent) {
+    // Its watch runs it once the lending ends: one wake of the watcher at
+    // most every kLendFor while the caller keeps borrowing it.
+    slot.due = std::min(*due, Clock::now() + kLendFor);
+    Watch* watch = slot.watch;
+    if (watch && watch->sleeping && watch->sleep_until > slot.due + kLendFor) bump(*watch);
+  } else {
+    // Its descriptors go back on the watch (or, where a watcher that found
+    // it due meanwhile disarmed it, it is armed again).
+    arm_locked(shared, *due);
+  }
+  int running = Slot::kRunning;
+  if (!slot.state.compare_exchange_strong(running, Slot::kIdle)) {
+    slot.state.store(Slot::kIdle);  // notified meanwhile: a thread runs it
+    notify_locked(shared);
+  }
+  removed_.notify_all();
+}
+
+void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch) {
+  epoll_event events[64];
+  std::vector<uint64_t> rung;
+  while (!stopping_ && !watch.slots.empty()) {
+    Clock::time_point due = Clock::time_point::max();
+    for (const auto& slot : watch.slots) due = std::min(due, slot->due);
+    int timeout_ms = -1;
+    if (due != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<milliseconds>(due - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
+    }
+    watch.sleeping = true;
+    watch.sleep_until =
+        timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + milliseconds(timeout_ms);
+    lock.unlock();
+    int count = 0;
+    if (descriptor_spin_.count() > 0 && timeout_ms != 0 && caller_waiting_unlooked()) {
+      const auto spin_until = Clock::now() + descriptor_spin_;
+      while ((count = epoll_wait(watch.epoll, events, 64, 0)) == 0 && Clock::now() < spin_until &&
+             caller_waiting_unlooked()) {
+        sched_yield();  // the thread that would send the message may share this CPU
+      }
+      if (count == 0 && due != Clock::time_point::max()) {
+        const auto left = std::chrono::ceil<milliseconds>(due - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
+      }
+    }
+    if (count == 0) count = epoll_wait(watch.epoll, events, 64, timeout_ms);
+    lock.lock();
+    watch.sleeping = false;
+    rung.clear();
+    for (int i = 0; i < count; ++i) {
+      if (events[i].data.u64 != 0) {
+        rung.push_back(events[i].data.u64);
+        continue;
+      }
+      uint64_t drained;
+      while (read(watch.bell, &drained, sizeof drained) > 0) {
+      }
+    }
+    const auto soon = Clock::now() + kCoalesce;
+    for (size_t i = 0; i < watch.slots.size();) {
+      std::shared_ptr<Slot> slot = watch.slots[i];
+      if (std::find(rung.begin(), rung.end(), slot->id) == rung.end() && slot->due > soon) {
+        ++i;
+        continue;
+      }
+      disarm_locked(*slot);
+      notify_locked(slot, /*staff=*/false);  // this thread runs it
+    }
+    if (!ready_.empty()) return;
+  }
+}
+
+// Adds the slot's descriptors to the epoll set; false (none added, and the
+// slot looked at again soon) when the kernel refuses one.
+bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& fds) {
+  const int epoll = watches_.front()->epoll;
+  for (int fd : fds) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = slot.id;
+    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0) {
+      slot.fds.push_back(fd);
+      continue;
+    }
+    log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
+    for (int added : slot.fds) epoll_ctl(epoll, EPOLL_CTL_DEL, added, nullptr);
+    slot.fds.clear();
+    return false;
+  }
+  return true;
+}
+
+// A lent set's descriptors go back on the watch; false (left off) when the
+// kernel refuses one.
+bool ProgressPool::rewatch_locked(Slot& slot) {
+  const int epoll = watches_.front()->epoll;
+  for (int fd : slot.fds) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = slot.id;
+    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0 && errno != EEXIST) {
+      log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
+      return false;
+    }
+  }
+  slot.lent.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace hora
