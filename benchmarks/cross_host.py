@@ -39,7 +39,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 CLUSTER = os.path.join(REPO, "scripts", "cluster.sh")
-NAME, SUBNET = "horab", "10.233.0"
+# Apart from the clusters of tests/python/test_cluster.py (horat 10.232.0,
+# horas 10.233.0) and training_step.py (horaw 10.234.0).
+NAME, SUBNET = "horab", "10.235.0"
 HOSTS = [f"{NAME}-host1", f"{NAME}-host2"]
 ENV = dict(os.environ, HORA_CLUSTER=NAME, HORA_CLUSTER_SUBNET=SUBNET, OMP_NUM_THREADS="1")
 AGENT = f"{CLUSTER} exec"
