@@ -71,8 +71,9 @@ class ControlChannel final : public ControlPlane {
     net::FrameReader frames;        // bytes read but not yet returned
     std::string address;            // the peer's numeric address
     int error = 0;                  // the errno that broke it (0: EOF)
-    // The errno a send saw break it (any sender): the kernel reports a
-    // connection's breaking once, to a send or to the reader.
+    // The first errno a send saw break it (any sender): the kernel reports
+    // a connection's breaking once, to a send or to the reader, and later
+    // sends see only EPIPE.
     std::atomic<int> send_error{0};
     bool closed = false;            // EOF or error seen (engine thread only)
     bool closure_reported = false;  // receive() has returned the closure

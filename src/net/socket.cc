@@ -349,7 +349,9 @@ void watch_liveness(int fd, std::chrono::milliseconds timeout) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
-bool went_silent(int error) { return error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH; }
+bool went_silent(int error) {
+  return error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH || error == EHOSTDOWN || error == ENONET;
+}
 
 std::string peer_address(int fd) {
   sockaddr_storage address{};

@@ -129,14 +129,15 @@ void keep_alive(int fd);
 // For a connection between ranks, which may cross hosts: the kernel probes
 // an idle connection every second, and a connection whose peer's host
 // answers nothing for `timeout` (no acknowledgement of data or of a probe)
-// breaks with ETIMEDOUT. A live peer's kernel answers even while its
-// process computes or is stopped. Zero: nothing set.
+// breaks, with an error went_silent() accepts. A live peer's kernel answers
+// even while its process computes or is stopped. Zero: nothing set.
 void watch_liveness(int fd, std::chrono::milliseconds timeout);
 // Whether a watched connection that broke with `error` broke because its
 // peer's host answered nothing for the timeout: ETIMEDOUT, or the ICMP error
 // the kernel reports in its place when one came meanwhile (EHOSTUNREACH,
-// ENETUNREACH: a neighbour that stopped answering ARP, a route gone). An
-// established connection does not break on those before the timeout.
+// ENETUNREACH, EHOSTDOWN, ENONET: a neighbour that stopped answering ARP, a
+// route gone). An established connection does not break on those before
+// the timeout.
 bool went_silent(int error);
 // The peer's numeric address ("10.0.0.2", "::1"), or "" when unknown.
 std::string peer_address(int fd);

@@ -1,6 +1,5 @@
 #include "runtime/progress_pool.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>

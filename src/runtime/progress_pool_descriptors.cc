@@ -15,9 +15,12 @@
 #include "util/log.h"
 
 namespace hora {
+namespace {
 
 using progress_pool_parts::kCoalesce;
 using std::chrono::milliseconds;
+
+}  // namespace
 
 bool ProgressPool::lent(const Slot& slot) { return slot.lent.load(std::memory_order_acquire); }
 

@@ -212,7 +212,7 @@ TEST(Sockets, AddressesSplitIntoHostAndPort) {
 // ARP leaves EHOSTUNREACH): both are the host's silence, an end or a reset is
 // not. tests/python/test_cluster.py cuts a real link.
 TEST(Sockets, ABreakFromAHostsSilenceIsToldFromAnEnd) {
-  for (int error : {ETIMEDOUT, EHOSTUNREACH, ENETUNREACH}) EXPECT_TRUE(went_silent(error)) << error;
+  for (int error : {ETIMEDOUT, EHOSTUNREACH, ENETUNREACH, EHOSTDOWN, ENONET}) EXPECT_TRUE(went_silent(error)) << error;
   for (int error : {0, ECONNRESET, EPIPE, ECONNREFUSED}) EXPECT_FALSE(went_silent(error)) << error;
 }
 

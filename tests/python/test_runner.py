@@ -209,6 +209,24 @@ def test_sigterm_is_forwarded_to_every_rank():
     assert "stopped by signal 15" in err
 
 
+def test_a_stopped_rank_still_handles_the_forwarded_sigterm():
+    # A rank stopped as the terminal stops a background group that reads it
+    # (a launch agent that prompts): horarun continues it, so that it ends
+    # by its own handler rather than by the SIGKILL after the grace.
+    process = subprocess.Popen([*HORARUN, "-np", "2", *python_rank(READY_THEN_WAIT_FOR_SIGTERM.replace(
+        'print("ready", flush=True)', 'print("ready", flush=True); os.kill(os.getpid(), signal.SIGSTOP)').replace(
+        "import signal, sys, time", "import os, signal, sys, time"))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_ready(process, 2)
+        time.sleep(0.3)   # both stopped
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert lines_by_rank(out) == {r: ["got 15"] for r in range(2)}, err
+
+
 def test_ranks_do_not_outlive_a_killed_horarun():
     process = subprocess.Popen([*HORARUN, "-np", "2", *python_rank("""
         import os, time

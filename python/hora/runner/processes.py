@@ -139,6 +139,11 @@ class RankProcess:
                 pass
         try:
             os.killpg(self.popen.pid, signum)
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                # A rank stopped by the terminal (it read or wrote it from
+                # the background, _OWN_PROCESS_GROUP) handles the signal only
+                # once continued.
+                os.killpg(self.popen.pid, signal.SIGCONT)
         except (ProcessLookupError, PermissionError):
             pass
 
