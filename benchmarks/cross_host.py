@@ -17,7 +17,14 @@ Peers, each its own job started through `horarun --launch-agent
 - hora-gloo: the same with Gloo between hosts (HORA_BACKEND=gloo);
 - hora-negotiated: hora with every op negotiated through the coordinator
   (HORA_AGREEMENT=negotiated: no agreement on repeated ops between hosts);
-- hora-mpi: hora under mpirun (MPI between hosts).
+- hora-mpi: hora under mpirun (MPI between hosts);
+- floor: the machine's floor (build/hora_host_floor, benchmarks/host_floor.cc):
+  the least work a two-host allreduce can do, the inputs already in shared
+  memory, one TCP connection between the hosts' first ranks, waits that
+  look and yield; what no library can beat on these hosts;
+- floor-parts: the same floor with every member of a host owning a part of
+  each chunk and exchanging it over a connection of its own with the member
+  of the same local rank on the other host (Horovod's hierarchical shape).
 Every rank times in-place float32 Sum allreduces after a warm-up; a size's
 figure is the slowest rank's median, and each peer's figure the median over
 --rounds runs in rotating order. Beside them: the raw TCP round trip of 8
@@ -49,7 +56,7 @@ SIZES = [4, 256 << 10, 4 << 20, 64 << 20]
 RATES = {"none": None, "10gbit": 10e9}
 
 sys.path.insert(0, HERE)
-from allreduce import worker_hora, worker_mpi4py, worker_torch  # noqa: E402
+from allreduce import built_program, worker_hora, worker_mpi4py, worker_torch  # noqa: E402
 from jobs import free_port, run_job  # noqa: E402
 
 
@@ -88,6 +95,9 @@ def run_peer(peer, per_host, sizes):
                                    f"--mca oob_tcp_if_include {SUBNET}.0/24"]
     argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--port", str(free_port()),
             "--sizes", ",".join(map(str, sizes))]
+    if peer.startswith("floor"):
+        argv = [built_program("hora_host_floor", peer), "--peer", HOSTS[0], "--port", str(free_port()),
+                "--sizes", ",".join(map(str, sizes))] + (["--every-member"] if peer == "floor-parts" else [])
     cluster_env = {k: ENV[k] for k in ("HORA_CLUSTER", "HORA_CLUSTER_SUBNET")}
     backend = {"hora-mpi": "mpi", "hora-gloo": "gloo"}.get(peer, "tcp")
     agreement = "negotiated" if peer == "hora-negotiated" else "stream"
@@ -115,7 +125,7 @@ def main():
     parser.add_argument("--rates", nargs="*", default=list(RATES), choices=list(RATES), help="link limits")
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--peers", default="hora,hora-mpi,mpi4py,torch",
-                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-mpi, mpi4py, torch")
+                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-mpi, mpi4py, torch, floor, floor-parts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
