@@ -67,6 +67,18 @@ class TransportPlanner::HostIdentities {
     return identities;
   }
 
+  // How many of the job's ranks known so far run on this process's machine
+  // (shm::machine_of: hosts that are containers or network namespaces of
+  // one machine share its cores), this one included; 0 with the path off.
+  int ranks_on_this_machine() const {
+    if (!enabled_) return 0;
+    const std::string machine = shm::machine_of(mine_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(std::count_if(by_rank_.begin(), by_rank_.end(), [&](const auto& known) {
+      return known.second.rfind(kOff, 0) != 0 && shm::machine_of(known.second) == machine;
+    }));
+  }
+
   // Whether every member is known to share this host, with the path on.
   bool known_on_one_host(const std::vector<int>& global_ranks) const {
     const std::vector<std::string> identities = known(global_ranks);
@@ -192,8 +204,9 @@ std::optional<SetTransports> TransportPlanner::connect_shared(const std::vector<
                                                               shm::HeadStart* head) const {
   std::optional<shm::Segment> segment = segments_->attach(global_ranks, rank, store, timeout, cancelled, head);
   if (!segment) return std::nullopt;
-  auto member = std::make_shared<shm::Attachment>(global_ranks, rank, std::move(*segment), timeout,
-                                                  shm::tuning_for(global_ranks.size(), options_.shm->host_ranks));
+  auto member = std::make_shared<shm::Attachment>(
+      global_ranks, rank, std::move(*segment), timeout,
+      shm::tuning_for(global_ranks.size(), std::max(options_.shm->host_ranks, machine_ranks())));
   SetTransports transports;
   transports.fast_lane = member->lane ? &*member->lane : nullptr;
   transports.backend = std::make_unique<shm::ShmBackend>(member);
@@ -239,23 +252,26 @@ SetTransports TransportPlanner::connect_network(const std::vector<int>& global_r
   return transports;
 }
 
+int TransportPlanner::machine_ranks() const { return hosts_ ? hosts_->ranks_on_this_machine() : 0; }
+
 // A set on the network control plane: its agreement, whose drivers spin
 // only briefly where this host's ranks outnumber its cores, or where the
-// set's members on this machine do (hosts that are containers or network
-// namespaces of one machine: their identities name its boot; `identities`
-// of the members, by set rank, where known).
+// job's ranks on this machine do (hosts that are containers or network
+// namespaces of one machine: their identities name its boot), or the set's
+// members on it (`identities` of the members, by set rank, where known; a
+// member with the path off names no machine).
 SetTransports TransportPlanner::network_transports(const std::vector<std::string>& identities, int rank) const {
   SetTransports transports;
   transports.stream_agreement = options_.stream_agreement;
-  if (options_.shm && options_.shm->host_ranks > 0 && more_than_cores(static_cast<size_t>(options_.shm->host_ranks)))
-    transports.agreement_spin = kUnwatchedSpin;
-  if (!identities.empty()) {
+  size_t busy = options_.shm ? static_cast<size_t>(std::max({options_.shm->host_ranks, machine_ranks(), 0})) : 0;
+  if (!identities.empty() && identities[rank].rfind(kOff, 0) != 0) {
     const std::string machine = shm::machine_of(identities[rank]);
-    const auto on_this_machine = std::count_if(identities.begin(), identities.end(), [&](const std::string& identity) {
-      return shm::machine_of(identity) == machine;
-    });
-    if (more_than_cores(static_cast<size_t>(on_this_machine))) transports.agreement_spin = kUnwatchedSpin;
+    busy = std::max(busy, static_cast<size_t>(std::count_if(identities.begin(), identities.end(),
+                                                             [&](const std::string& identity) {
+                                                               return shm::machine_of(identity) == machine;
+                                                             })));
   }
+  if (more_than_cores(busy)) transports.agreement_spin = kUnwatchedSpin;
   return transports;
 }
 

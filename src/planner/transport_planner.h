@@ -44,7 +44,7 @@ struct ShmOptions {
   size_t slot_bytes = 0;      // per member and buffer, a multiple of 4096; 0: 1 MiB
   std::string host_identity;  // added to this host's identity (tests simulate hosts)
   int host_ranks = 0;         // the job's ranks on this host (0: unknown); waits spin less when
-                              // they outnumber the cores
+                              // they (or the job's ranks on this machine) outnumber the cores
   int world_size = 0;         // the job's ranks (0: unknown); a set naming a rank beyond them is
                               // refused at once
 };
@@ -121,6 +121,10 @@ class TransportPlanner {
                                                 std::chrono::milliseconds timeout,
                                                 const std::atomic<bool>& cancelled) const;
   std::shared_ptr<shm::HeadStart> take_head_start(const Store& store);
+  // The job's ranks on this machine as far as known (0: unknown): several
+  // hosts of the job may be containers or network namespaces of one
+  // machine, their ranks sharing its cores.
+  int machine_ranks() const;
 
   const std::unique_ptr<BackendFactory> network_;
   const PlannerOptions options_;

@@ -56,6 +56,8 @@ class ShmBackend final : public Backend {
   void barrier() override;
   // Its waits are Doorbell::wait, which says when it goes to sleep.
   bool notices_sleep() const override { return true; }
+  // How its waits spin (segment_setup.h: tuning_for).
+  const ShmTuning& tuning() const { return tuning_; }
 
   void abort(const std::string& reason) override;
 
