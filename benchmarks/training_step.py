@@ -40,7 +40,9 @@ hora. "Alone": the first task trains while ranks 2 and 3 run the same model's st
 communication (the same load on the cores, so that only what the tasks' communication costs each other
 is compared); "together": both train. Prints each task's steps/s together over alone, for hora and, on
 the same ranks, for torch DDP on two Gloo groups. With 4 ranks on 2 cores every figure is a share of the
-cores: the ratio is what matters. Not a test.
+cores: the ratio is what matters. Beside them, how fast two memory-bound loops (64 MiB copied and added
+to, as a step's gradients are) run at once, each over one alone: two tasks whose steps copy at the same
+moment share the memory bandwidth too. Not a test.
 """
 
 import argparse
@@ -400,9 +402,45 @@ def mxnet_table(models, args):
               f"{rate['trainer'] / rate['single']:>12.0%} {rate['optimizer'] / rate['single']:>14.0%}", flush=True)
 
 
+# A memory-bound loop like a step's gradient copies: 64 MiB copied, then
+# added to, 30 times; prints the median seconds of one pass.
+COPY_LOOP = """
+import statistics, time
+import numpy as np
+a = np.ones(16 << 20, dtype=np.float32)
+b = np.empty_like(a)
+passes = []
+for _ in range(30):
+    start = time.perf_counter()
+    np.copyto(b, a)
+    np.add(a, b, out=b)
+    passes.append(time.perf_counter() - start)
+print(statistics.median(passes))
+"""
+
+
+def memory_share(rounds):
+    """Two copy loops at once, each one's speed over one loop alone (median of `rounds`): the share of
+    the memory bandwidth that two tasks copying at the same moment can each expect here."""
+    import subprocess
+
+    def passes(n):
+        loops = [subprocess.Popen([sys.executable, "-c", COPY_LOOP], stdout=subprocess.PIPE, text=True)
+                 for _ in range(n)]
+        return [float(loop.communicate()[0]) for loop in loops]
+
+    alone, together = [], []
+    for _ in range(rounds):
+        alone.append(passes(1)[0])
+        together.append(max(passes(2)))
+    return statistics.median(alone) / statistics.median(together)
+
+
 def two_tasks(models, args):
     print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {os.cpu_count()} cores: each task's "
           f"steps/s, median of {args.rounds} rounds; ddp: the same with torch DDP on two Gloo groups")
+    print(f"memory: two 64 MiB copy-and-add loops at once each run at {memory_share(args.rounds):.0%} of one "
+          f"alone (one core each)", flush=True)
     print(f"{'model':>12} {'peer':>5} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}",
           flush=True)
     for model_name in models:
