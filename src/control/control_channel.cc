@@ -215,7 +215,7 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (!link) continue;
     if (std::optional<std::vector<uint8_t>> frame = link->frames.pop()) {
       next_link_ = index + 1;
-      return ControlMessage{link->rank, std::move(*frame)};
+      return ControlMessage{link->rank, std::move(*frame), false, {}, {}};
     }
     if (link->frames.broken() && !link->closed) {
       // A peer that breaks the framing is treated as gone.

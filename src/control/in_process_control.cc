@@ -37,7 +37,7 @@ class Mailboxes {
         throw PeerFailure(describe_set(global_ranks_) + ": control connection to global rank " +
                           std::to_string(global_ranks_[to]) + " closed");
       }
-      inboxes_[to].push_back(ControlMessage{from, std::move(bytes)});
+      inboxes_[to].push_back(ControlMessage{from, std::move(bytes), false, {}, {}});
     }
     changed_[to].notify_all();
     ring(to);
@@ -58,7 +58,7 @@ class Mailboxes {
     }
     if (const int gone = unreported_departure_locked(rank); gone >= 0) {
       departure_reported_[rank * size() + gone] = true;
-      return ControlMessage{gone, {}, true};
+      return ControlMessage{gone, {}, true, {}, {}};
     }
     return std::nullopt;
   }
@@ -159,7 +159,7 @@ void InProcessControlPlane::wake() { mailboxes_->wake(rank_); }
 std::optional<ControlPlane::Armed> InProcessControlPlane::arm() {
   std::optional<FutexWait> wait = mailboxes_->arm(rank_);
   if (!wait) return std::nullopt;
-  return Armed{*wait};
+  return Armed{*wait, {}, Clock::time_point::max()};
 }
 
 void InProcessControlPlane::disarm() { mailboxes_->disarm(rank_); }

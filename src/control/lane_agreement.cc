@@ -23,7 +23,7 @@ Agreement::Outcome LaneAgreement::submit(uint32_t slot) {
 std::optional<Agreement::Entry> LaneAgreement::entry(uint64_t index) const {
   std::optional<shm::FastLane::Entry> entry = lane_.entry(index);
   if (!entry) return std::nullopt;
-  return Entry{entry->response, entry->slot};
+  return Entry{entry->response, entry->slot, nullptr};
 }
 
 void LaneAgreement::watch(uint32_t who, bool on) { lane_.watch(who, on); }

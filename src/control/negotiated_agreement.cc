@@ -12,7 +12,7 @@ Agreement::Outcome NegotiatedAgreement::submit(uint32_t slot) {
 
 std::optional<Agreement::Entry> NegotiatedAgreement::entry(uint64_t index) const {
   if (index >= appended_) return std::nullopt;
-  return Entry{true, 0};
+  return Entry{true, 0, nullptr};
 }
 
 }  // namespace hora::control

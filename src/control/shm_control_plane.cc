@@ -31,7 +31,7 @@ std::optional<ControlMessage> ShmControlPlane::receive(Clock::time_point deadlin
     const bool check_liveness = now.time_since_epoch().count() >= next_liveness_check_.load();
     if (check_liveness) next_liveness_check_ = (now + shm::kLivenessInterval).time_since_epoch().count();
     if (std::optional<shm::RingMessage> message = rings.next(check_liveness))
-      return ControlMessage{message->from, std::move(message->bytes), message->closed};
+      return ControlMessage{message->from, std::move(message->bytes), message->closed, {}, {}};
     if (wake_pending_.exchange(false, std::memory_order_acq_rel)) return std::nullopt;
     if (lane && lane->engine_attention()) return std::nullopt;
     if (now >= deadline) return std::nullopt;

@@ -20,6 +20,17 @@ namespace {
 using progress_pool_parts::kCoalesce;
 using std::chrono::milliseconds;
 
+// Puts one of set `id`'s descriptors on the watch (already there counts);
+// false, with a warning, when the kernel refuses it.
+bool add_to_watch(int epoll, uint64_t id, int fd) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = id;
+  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0 || errno == EEXIST) return true;
+  log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
+  return false;
+}
+
 }  // namespace
 
 bool ProgressPool::lent(const Slot& slot) { return slot.lent.load(std::memory_order_acquire); }
@@ -120,14 +131,10 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
 bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& fds) {
   const int epoll = watches_.front()->epoll;
   for (int fd : fds) {
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = slot.id;
-    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0) {
+    if (add_to_watch(epoll, slot.id, fd)) {
       slot.fds.push_back(fd);
       continue;
     }
-    log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
     for (int added : slot.fds) epoll_ctl(epoll, EPOLL_CTL_DEL, added, nullptr);
     slot.fds.clear();
     return false;
@@ -138,16 +145,8 @@ bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& 
 // A lent set's descriptors go back on the watch; false (left off) when the
 // kernel refuses one.
 bool ProgressPool::rewatch_locked(Slot& slot) {
-  const int epoll = watches_.front()->epoll;
-  for (int fd : slot.fds) {
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = slot.id;
-    if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0 && errno != EEXIST) {
-      log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
-      return false;
-    }
-  }
+  for (int fd : slot.fds)
+    if (!add_to_watch(watches_.front()->epoll, slot.id, fd)) return false;
   slot.lent.store(false, std::memory_order_release);
   return true;
 }

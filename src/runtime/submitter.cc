@@ -9,7 +9,7 @@ namespace hora {
 
 Submitter::Submitted Submitter::submit(Request request, TensorView input, TensorView output,
                                        const std::weak_ptr<WorkDriver>& driver) {
-  Submitted out{std::make_shared<Work>(), std::nullopt};
+  Submitted out{std::make_shared<Work>(), std::nullopt, {}};
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) throw InvalidArgument(stop_reason_);
   if (broken_) {
