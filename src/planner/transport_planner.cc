@@ -20,6 +20,20 @@ using std::chrono::milliseconds;
 
 const std::string kOff = "off|";  // host identities of members with the path off
 
+// The identity of a member with the path off: one nobody else has, which
+// still names its machine (shm::machine_of), so that its cores are counted.
+std::string off_identity(const std::string& machine, int global_rank) {
+  return kOff + machine + "|" + std::to_string(global_rank);
+}
+
+// The machine an identity names, with the path on or off; "" where unknown
+// (a boot id that could not be read).
+std::string machine_named(const std::string& identity) {
+  if (identity.rfind(kOff, 0) != 0) return shm::machine_of(identity);
+  const size_t end = identity.find('|', kOff.size());
+  return end == std::string::npos ? "" : identity.substr(kOff.size(), end - kOff.size());
+}
+
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string read(Store& store, const std::string& key, milliseconds timeout, const std::atomic<bool>& cancelled,
                  const std::vector<int>& global_ranks) {
@@ -41,7 +55,9 @@ class TransportPlanner::HostIdentities {
       : enabled_(options.enabled), mine_(shm::this_host_identity(options.host_identity)) {}
 
   // This member's identity; with the path off, one nobody else has.
-  std::string mine(int global_rank) const { return enabled_ ? mine_ : kOff + std::to_string(global_rank); }
+  std::string mine(int global_rank) const {
+    return enabled_ ? mine_ : off_identity(shm::machine_of(mine_), global_rank);
+  }
 
   void publish(const std::vector<int>& global_ranks, int rank, Store& store) const {
     store.post("shm/host/" + std::to_string(rank), bytes_of(mine(global_ranks[rank])));
@@ -63,19 +79,22 @@ class TransportPlanner::HostIdentities {
     const bool some_off = std::any_of(identities.begin(), identities.end(),
                                       [](const std::string& identity) { return identity.rfind(kOff, 0) == 0; });
     if (!some_off) return identities;
-    for (size_t r = 0; r < global_ranks.size(); ++r) identities[r] = kOff + std::to_string(global_ranks[r]);
+    for (size_t r = 0; r < global_ranks.size(); ++r)
+      identities[r] = off_identity(machine_named(identities[r]), global_ranks[r]);
     return identities;
   }
 
   // How many of the job's ranks known so far run on this process's machine
-  // (shm::machine_of: hosts that are containers or network namespaces of
-  // one machine share its cores), this one included; 0 with the path off.
+  // (hosts that are containers or network namespaces of one machine share
+  // its boot, and its cores), this one included; 0 where the machine is
+  // unknown. The job's first set teaches every rank's identity; a set that
+  // connects before it has finished counts what is known by then.
   int ranks_on_this_machine() const {
-    if (!enabled_) return 0;
     const std::string machine = shm::machine_of(mine_);
+    if (machine.empty()) return 0;
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int>(std::count_if(by_rank_.begin(), by_rank_.end(), [&](const auto& known) {
-      return known.second.rfind(kOff, 0) != 0 && shm::machine_of(known.second) == machine;
+      return machine_named(known.second) == machine;
     }));
   }
 
@@ -258,17 +277,17 @@ int TransportPlanner::machine_ranks() const { return hosts_ ? hosts_->ranks_on_t
 // only briefly where this host's ranks outnumber its cores, or where the
 // job's ranks on this machine do (hosts that are containers or network
 // namespaces of one machine: their identities name its boot), or the set's
-// members on it (`identities` of the members, by set rank, where known; a
-// member with the path off names no machine).
+// members on it (`identities` of the members, by set rank, where known;
+// a machine whose boot could not be read counts as unknown).
 SetTransports TransportPlanner::network_transports(const std::vector<std::string>& identities, int rank) const {
   SetTransports transports;
   transports.stream_agreement = options_.stream_agreement;
   size_t busy = options_.shm ? static_cast<size_t>(std::max({options_.shm->host_ranks, machine_ranks(), 0})) : 0;
-  if (!identities.empty() && identities[rank].rfind(kOff, 0) != 0) {
-    const std::string machine = shm::machine_of(identities[rank]);
+  const std::string machine = identities.empty() ? "" : machine_named(identities[rank]);
+  if (!machine.empty()) {
     busy = std::max(busy, static_cast<size_t>(std::count_if(identities.begin(), identities.end(),
                                                              [&](const std::string& identity) {
-                                                               return shm::machine_of(identity) == machine;
+                                                               return machine_named(identity) == machine;
                                                              })));
   }
   if (more_than_cores(busy)) transports.agreement_spin = kUnwatchedSpin;

@@ -20,13 +20,14 @@ namespace {
 using progress_pool_parts::kCoalesce;
 using std::chrono::milliseconds;
 
-// Puts one of set `id`'s descriptors on the watch (already there counts);
-// false, with a warning, when the kernel refuses it.
-bool add_to_watch(int epoll, uint64_t id, int fd) {
+// Puts one of set `id`'s descriptors on the watch; false, with a warning,
+// when the kernel refuses it (`rewatch`: a descriptor of a lent set that
+// is there already counts as put).
+bool add_to_watch(int epoll, uint64_t id, int fd, bool rewatch) {
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.u64 = id;
-  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0 || errno == EEXIST) return true;
+  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0 || (rewatch && errno == EEXIST)) return true;
   log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
   return false;
 }
@@ -131,7 +132,7 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
 bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& fds) {
   const int epoll = watches_.front()->epoll;
   for (int fd : fds) {
-    if (add_to_watch(epoll, slot.id, fd)) {
+    if (add_to_watch(epoll, slot.id, fd, /*rewatch=*/false)) {
       slot.fds.push_back(fd);
       continue;
     }
@@ -146,7 +147,7 @@ bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& 
 // kernel refuses one.
 bool ProgressPool::rewatch_locked(Slot& slot) {
   for (int fd : slot.fds)
-    if (!add_to_watch(watches_.front()->epoll, slot.id, fd)) return false;
+    if (!add_to_watch(watches_.front()->epoll, slot.id, fd, /*rewatch=*/true)) return false;
   slot.lent.store(false, std::memory_order_release);
   return true;
 }

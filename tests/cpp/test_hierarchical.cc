@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "core/half.h"
@@ -410,32 +411,44 @@ TEST(HierarchicalProcesses, AbortFailsPeersOnEveryHost) {
 enum class Kind { kShm, kHierarchical, kNetwork };
 
 // Ranks as threads over one hash store, the local backend as the network:
-// what each member's planner chose, and whether an allreduce through it is
-// right.
-std::vector<Kind> chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
+// each member's planner connects the set of every rank, and `inspect` looks
+// at what it chose (it may connect more sets through the same planner, over
+// the store it is given).
+using Inspect = std::function<void(int rank, TransportPlanner& planner, const std::shared_ptr<Store>& store,
+                                   SetTransports& world)>;
+void each_member(const Hosts& hosts, const std::vector<bool>& shm_on, const Inspect& inspect) {
   const int n = static_cast<int>(hosts.size());
   auto store = make_hash_store();
-  std::vector<Kind> kinds(n, Kind::kNetwork);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
       try {
         auto planner = make_transport_planner(make_local_backend_factory(), {ShmOptions{shm_on[rank], 0, hosts[rank]}});
-        SetTransports set = planner->connect(first_ranks(n), rank, store, kTimeout);
-        Backend* b = set.backend.get();
-        kinds[rank] = shm::is_shm_backend(*b)                        ? Kind::kShm
-                      : hierarchical::is_hierarchical_backend(*b) ? Kind::kHierarchical
-                                                                   : Kind::kNetwork;
-        int64_t v = rank + 1;
-        b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
-        EXPECT_EQ(v, n * (n + 1) / 2);
-        b->barrier();
+        SetTransports world = planner->connect(first_ranks(n), rank, make_prefix_store("world", store), kTimeout);
+        inspect(rank, *planner, store, world);
+        world.backend->barrier();
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << rank << ": " << e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// What each member's planner chose, and whether an allreduce through it is
+// right.
+std::vector<Kind> chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
+  const int n = static_cast<int>(hosts.size());
+  std::vector<Kind> kinds(n, Kind::kNetwork);
+  each_member(hosts, shm_on, [&](int rank, TransportPlanner&, const std::shared_ptr<Store>&, SetTransports& set) {
+    Backend* b = set.backend.get();
+    kinds[rank] = shm::is_shm_backend(*b)                        ? Kind::kShm
+                  : hierarchical::is_hierarchical_backend(*b) ? Kind::kHierarchical
+                                                               : Kind::kNetwork;
+    int64_t v = rank + 1;
+    b->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+    EXPECT_EQ(v, n * (n + 1) / 2);
+  });
   return kinds;
 }
 
@@ -452,35 +465,28 @@ TEST(HierarchicalChoice, OneMemberWithSharedMemoryOffKeepsTheSetFlat) {
   EXPECT_EQ(chosen(kBlocks, {true, true, false, true}), std::vector<Kind>(4, Kind::kNetwork));
 }
 
-// The spin of a set's waits, as each member's planner tuned it: the part
-// inside its host's (shared memory) and its agreement's.
+// The spin of a set's waits, as a member's planner tuned it: the part
+// inside its host's (shared memory; zero where there is none) and its
+// agreement's.
 struct Spins {
   std::chrono::nanoseconds local{0}, agreement{0};
 };
 
-std::vector<Spins> spins_chosen(const Hosts& hosts) {
-  const int n = static_cast<int>(hosts.size());
-  auto store = make_hash_store();
-  std::vector<Spins> spins(n);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto planner = make_transport_planner(make_local_backend_factory(), {ShmOptions{true, 0, hosts[rank]}});
-        SetTransports set = planner->connect(first_ranks(n), rank, store, kTimeout);
-        const Backend* local = set.backend.get();
-        if (hierarchical::is_hierarchical_backend(*local))
-          local = static_cast<const HierarchicalBackend&>(*local).local_part();
-        if (local && shm::is_shm_backend(*local))
-          spins[rank].local = static_cast<const shm::ShmBackend&>(*local).tuning().spin;
-        spins[rank].agreement = set.agreement_spin;
-        set.backend->barrier();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << rank << ": " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+Spins spins_of(const SetTransports& set) {
+  Spins spins;
+  const Backend* local = set.backend.get();
+  if (hierarchical::is_hierarchical_backend(*local)) local = static_cast<const HierarchicalBackend&>(*local).local_part();
+  if (local && shm::is_shm_backend(*local)) spins.local = static_cast<const shm::ShmBackend&>(*local).tuning().spin;
+  spins.agreement = set.agreement_spin;
+  return spins;
+}
+
+// Each member's spins in the set of every rank.
+std::vector<Spins> spins_chosen(const Hosts& hosts, const std::vector<bool>& shm_on) {
+  std::vector<Spins> spins(hosts.size());
+  each_member(hosts, shm_on, [&](int rank, TransportPlanner&, const std::shared_ptr<Store>&, SetTransports& set) {
+    spins[rank] = spins_of(set);
+  });
   return spins;
 }
 
@@ -488,24 +494,52 @@ std::vector<Spins> spins_chosen(const Hosts& hosts) {
 // cores: where the job's ranks on the machine outnumber them, the waits in
 // a host's shared memory spin only briefly as well, though no host has
 // more members than cores (a spinning member would hold a core that a rank
-// of the other host needs: 4 ranks on 2 cores ran 256 KiB to 64 MiB
-// allreduces 15-25% faster so).
+// of the other host needs), and so does the agreement of a set whose own
+// members do not outnumber the cores.
 TEST(HierarchicalChoice, WaitsSpinBrieflyWhereTheMachinesRanksOutnumberItsCores) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores < 1 || cores > 16) GTEST_SKIP() << "needs 1 to 16 cores to make more ranks than cores; " << cores;
+  if (cores < 2 || cores > 16) GTEST_SKIP() << "needs 2 to 16 cores to make more ranks than cores; " << cores;
   // Two hosts of at most `cores` members each, more than `cores` in all.
   const int per_host = static_cast<int>(std::max<long>(2, (cores + 2) / 2));
   Hosts hosts(per_host, "host-a");
   hosts.insert(hosts.end(), per_host, "host-b");
   ASSERT_GT(static_cast<long>(hosts.size()), cores);
-  ASSERT_LE(per_host, std::max<long>(cores, 2));
-  for (const Spins& spin : spins_chosen(hosts)) {
+  ASSERT_LE(per_host, cores);
+  const std::vector<bool> on(hosts.size(), true);
+  // And a set of one member of each host (the network path), connected
+  // after the job's first set taught every rank's host.
+  const std::vector<int> pair = {0, per_host};
+  std::vector<Spins> spins(hosts.size()), pair_spins(2);
+  each_member(hosts, on, [&](int rank, TransportPlanner& planner, const std::shared_ptr<Store>& store, SetTransports& set) {
+    spins[rank] = spins_of(set);
+    const auto at = std::find(pair.begin(), pair.end(), rank);
+    if (at == pair.end()) return;
+    SetTransports across = planner.connect(pair, rank, make_prefix_store("pair", store), kTimeout);
+    pair_spins[at - pair.begin()] = spins_of(across);
+    across.backend->barrier();
+  });
+  for (const Spins& spin : spins) {
     EXPECT_EQ(spin.local, std::chrono::microseconds(2));
     EXPECT_EQ(spin.agreement, kUnwatchedSpin);
   }
+  for (const Spins& spin : pair_spins) EXPECT_EQ(spin.agreement, kUnwatchedSpin);
   // The machine's ranks within its cores: the waits spin long.
-  if (cores >= 2) {
-    for (const Spins& spin : spins_chosen({"host-a", "host-a"})) EXPECT_GT(spin.local, std::chrono::microseconds(2));
+  for (const Spins& spin : spins_chosen({"host-a", "host-a"}, {true, true}))
+    EXPECT_GT(spin.local, std::chrono::microseconds(2));
+}
+
+// A member with shared memory off still names its machine: every set is
+// then flat, and its agreement still counts the machine's ranks.
+TEST(HierarchicalChoice, AMemberWithSharedMemoryOffStillCountsOnItsMachine) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1 || cores > 16) GTEST_SKIP() << "needs 1 to 16 cores to make more ranks than cores; " << cores;
+  const int n = static_cast<int>(cores + 1);
+  Hosts hosts(n, "host-a");
+  std::vector<bool> on(n, true);
+  on[1] = false;
+  for (const Spins& spin : spins_chosen(hosts, on)) {
+    EXPECT_EQ(spin.local, std::chrono::nanoseconds(0));  // no shared memory
+    EXPECT_EQ(spin.agreement, kUnwatchedSpin);
   }
 }
 

@@ -247,10 +247,10 @@ std::string this_host_identity(const std::string& claimed) {
 
 std::string machine_of(const std::string& identity) { return identity.substr(0, identity.find('|')); }
 
-ShmTuning tuning_for(size_t members, int host_ranks) {
+ShmTuning tuning_for(size_t members, int machine_ranks) {
   ShmTuning tuning;
-  // More members (or ranks of the job on this host) than cores.
-  const size_t busy = std::max(members, static_cast<size_t>(std::max(host_ranks, 0)));
+  // More members (or ranks of the job on this machine) than cores.
+  const size_t busy = std::max(members, static_cast<size_t>(std::max(machine_ranks, 0)));
   if (more_than_cores(busy)) tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
   return tuning;
 }

@@ -82,10 +82,10 @@ std::string this_host_identity(const std::string& claimed);
 // or network namespaces of one machine share it, and its cores.
 std::string machine_of(const std::string& identity);
 
-// The tuning of a set of `members` on a machine where `host_ranks` ranks of
-// the job run (0: unknown; every host of the job on this machine counts,
+// The tuning of a set of `members` on a machine where `machine_ranks` ranks
+// of the job run (0: unknown; every host of the job on this machine counts,
 // since they share its cores): waits spin less when they outnumber the
 // cores.
-ShmTuning tuning_for(size_t members, int host_ranks);
+ShmTuning tuning_for(size_t members, int machine_ranks);
 
 }  // namespace hora::shm
