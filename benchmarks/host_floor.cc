@@ -29,7 +29,8 @@
 // is the fastest way to wait on this machine when ranks outnumber cores
 // (docs/performance.md, "Waiting when threads outnumber cores").
 //
-//     horarun -np 4 -H a:2,b:2 --launch-agent AGENT build/hora_host_floor --peer a --port P --sizes 4,67108864 [--every-member]
+//     horarun -np 4 -H a:2,b:2 --launch-agent AGENT \
+//         build/hora_host_floor --peer a --port P --sizes 4,67108864 [--every-member]
 //
 // Each rank prints {"RESULT": {"<bytes>": <median seconds>, ...}}.
 #include <fcntl.h>
@@ -77,7 +78,14 @@ int env_int(const char* name) {
   return std::atoi(value);
 }
 
-int iterations(size_t bytes) { return bytes <= kSmallBytes ? 3000 : bytes <= (256 << 10) ? 400 : bytes <= (4 << 20) ? 60 : 10; }
+int iterations(size_t bytes) {
+  return bytes <= kSmallBytes ? 3000 : bytes <= (256 << 10) ? 400 : bytes <= (4 << 20) ? 60 : 10;
+}
+
+// A sum of `count` floats into `into`.
+void add(float* into, const float* from, size_t count) {
+  hora::reduce_into(into, from, count, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+}
 
 struct alignas(kLine) Counter {
   std::atomic<uint64_t> value;
@@ -119,7 +127,8 @@ class Floor {
         locals_(env_int("HORA_LOCAL_SIZE")),
         max_bytes_(std::max(max_bytes, kSmallBytes)) {
     errno = 0;
-    if (size_ != 2 * locals_ || locals_ > kMaxLocal) die("needs the same number of ranks (at most 8) on each of two hosts");
+    if (size_ != 2 * locals_ || locals_ > kMaxLocal)
+      die("needs the same number of ranks (at most 8) on each of two hosts");
     const int host = rank_ / locals_;
     map(port, host);
     own_ = std::vector<float>(max_bytes_ / sizeof(float), 1.0f);
@@ -174,11 +183,15 @@ class Floor {
   }
 
   void map(int port, int host) {
-    const std::string name = "/hora_host_floor_" + std::to_string(port) + "_" + std::to_string(host);
+    // The job's rendezvous port besides --port: a name no earlier job left.
+    const char* job = std::getenv("HORA_RENDEZVOUS_PORT");
+    const std::string name = "/hora_host_floor_" + std::string(job ? job : "0") + "_" + std::to_string(port) + "_" +
+                             std::to_string(host);
     bytes_mapped_ = sizeof(Header) + static_cast<size_t>(locals_) * max_bytes_;
     int fd = -1;
     if (local_ == 0) {
-      fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+      shm_unlink(name.c_str());
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_mapped_)) != 0) die("shm_open " + name);
     } else {
       for (int tries = 0; (fd = shm_open(name.c_str(), O_RDWR, 0)) < 0; ++tries) {
@@ -197,7 +210,8 @@ class Floor {
     if (local_ == 0) {
       header_->ready.value.store(1, std::memory_order_release);
       // Once every member has it mapped, the name can go.
-      wait_until([&] { return header_->attached.value.load(std::memory_order_acquire) == static_cast<uint64_t>(locals_ - 1); });
+      const auto others = static_cast<uint64_t>(locals_ - 1);
+      wait_until([&] { return header_->attached.value.load(std::memory_order_acquire) == others; });
       shm_unlink(name.c_str());
     } else {
       wait_until([&] { return header_->ready.value.load(std::memory_order_acquire) == 1; });
@@ -221,7 +235,8 @@ class Floor {
       addrinfo hints{}, *found = nullptr;
       hints.ai_family = AF_INET;
       hints.ai_socktype = SOCK_STREAM;
-      if (getaddrinfo(peer.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) die("resolve " + peer);
+      if (getaddrinfo(peer.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+        die("resolve " + peer);
       for (int tries = 0;; ++tries) {
         socket_ = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(socket_, found->ai_addr, found->ai_addrlen) == 0) break;
@@ -277,9 +292,9 @@ class Floor {
       float* total = header_->total;
       std::memcpy(total, header_->slot[0], bytes);
       for (int l = 1; l < locals_; ++l)
-        hora::reduce_into(total, header_->slot[l], count, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+        add(total, header_->slot[l], count);
       exchange(reinterpret_cast<uint8_t*>(total), reinterpret_cast<uint8_t*>(staging_.data()), bytes);
-      hora::reduce_into(total, staging_.data(), count, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+      add(total, staging_.data(), count);
       std::memcpy(data, total, bytes);
       header_->published.value.store(turn, std::memory_order_release);
     } else {
@@ -293,7 +308,9 @@ class Floor {
     const uint64_t base = chunk_base_;
     chunk_base_ += chunks;
     float* result = input(0);  // the leader's input takes the host's sum, then the total
-    auto span = [&](size_t k) { return std::pair<size_t, size_t>{k * kChunkBytes, std::min(bytes, (k + 1) * kChunkBytes)}; };
+    auto span = [&](size_t k) {
+      return std::pair<size_t, size_t>{k * kChunkBytes, std::min(bytes, (k + 1) * kChunkBytes)};
+    };
     wait_for_previous_result(base);
     auto reduce_part = [&](size_t k) {
       const auto [from, to] = span(k);
@@ -303,7 +320,7 @@ class Floor {
       const size_t end = from / sizeof(float) + std::min(elements, part * (local_ + 1));
       for (int l = 1; l < locals_; ++l)
         if (end > begin)
-          hora::reduce_into(result + begin, input(l) + begin, end - begin, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+          add(result + begin, input(l) + begin, end - begin);
       header_->reduced[local_].value.store(base + k + 1, std::memory_order_release);
     };
     if (local_ != 0) {
@@ -311,7 +328,8 @@ class Floor {
       for (size_t k = 0; k < chunks; ++k) {
         reduce_part(k);
         // Copy out what the leader has finished meanwhile.
-        while (copied < k && header_->finished.value.load(std::memory_order_acquire) >= base + copied + 1) copy_out(base, copied++, span);
+        while (copied < k && header_->finished.value.load(std::memory_order_acquire) >= base + copied + 1)
+          copy_out(base, copied++, span);
       }
       while (copied < chunks) {
         wait_until([&] { return header_->finished.value.load(std::memory_order_acquire) >= base + copied + 1; });
@@ -336,8 +354,7 @@ class Floor {
         moved = sent + received != before;
         while (finished < chunks && sent >= span(finished).second && received >= span(finished).second) {
           const auto [from, to] = span(finished);
-          hora::reduce_into(result + from / sizeof(float), staging_.data() + from / sizeof(float), (to - from) / sizeof(float),
-                            hora::DataType::kFloat32, hora::ReduceOp::kSum);
+          add(result + from / sizeof(float), staging_.data() + from / sizeof(float), (to - from) / sizeof(float));
           header_->finished.value.store(base + ++finished, std::memory_order_release);
         }
       } while (moved && finished < chunks);
@@ -364,7 +381,8 @@ class Floor {
   template <typename Span>
   void copy_out(uint64_t base, size_t k, Span span) {
     const auto [from, to] = span(k);
-    std::memcpy(reinterpret_cast<uint8_t*>(own_.data()) + from, reinterpret_cast<const uint8_t*>(input(0)) + from, to - from);
+    std::memcpy(reinterpret_cast<uint8_t*>(own_.data()) + from, reinterpret_cast<const uint8_t*>(input(0)) + from,
+                to - from);
     header_->copied[local_].value.store(base + k + 1, std::memory_order_release);
   }
 
@@ -383,36 +401,39 @@ class Floor {
       const size_t from = k * kChunkBytes / sizeof(float);
       const size_t elements = (std::min(bytes, (k + 1) * kChunkBytes) - k * kChunkBytes) / sizeof(float);
       const size_t each = (elements + locals_ - 1) / locals_;
-      return std::pair<size_t, size_t>{from + std::min(elements, each * local_), from + std::min(elements, each * (local_ + 1))};
+      return std::pair<size_t, size_t>{from + std::min(elements, each * local_),
+                                       from + std::min(elements, each * (local_ + 1))};
     };
     size_t reduced = 0, sending = 0, sent = 0, receiving = 0, received = 0, finished = 0, copied = 0;
     while (finished < chunks || copied < chunks) {
       bool moved = false;
       if (reduced < chunks) {
         const auto [begin, end] = part(reduced++);
-        for (int l = 0; l < locals_; ++l)
-          if (l != 0 && end > begin)
-            hora::reduce_into(result + begin, input(l) + begin, end - begin, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+        for (int l = 1; l < locals_; ++l)
+          if (end > begin)
+            add(result + begin, input(l) + begin, end - begin);
         moved = true;
       }
       // One chunk's part at a time each way, the send only once reduced.
       if (sending < reduced && sending < chunks) {
         const auto [begin, end] = part(sending);
         size_t unused = 0;
-        progress(socket_, reinterpret_cast<const uint8_t*>(result + begin), (end - begin) * sizeof(float), sent, nullptr, 0, unused);
+        const auto* out = reinterpret_cast<const uint8_t*>(result + begin);
+        progress(socket_, out, (end - begin) * sizeof(float), sent, nullptr, 0, unused);
         if (sent == (end - begin) * sizeof(float)) sending++, sent = 0, moved = true;
       }
       if (receiving < chunks) {
         const auto [begin, end] = part(receiving);
         size_t unused = 0;
         const size_t before = received;
-        progress(socket_, nullptr, 0, unused, reinterpret_cast<uint8_t*>(staging_.data() + begin), (end - begin) * sizeof(float), received);
+        auto* in = reinterpret_cast<uint8_t*>(staging_.data() + begin);
+        progress(socket_, nullptr, 0, unused, in, (end - begin) * sizeof(float), received);
         if (received != before) moved = true;
         if (received == (end - begin) * sizeof(float)) receiving++, received = 0;
       }
       while (finished < std::min(sending, receiving)) {
         const auto [begin, end] = part(finished);
-        hora::reduce_into(result + begin, staging_.data() + begin, end - begin, hora::DataType::kFloat32, hora::ReduceOp::kSum);
+        add(result + begin, staging_.data() + begin, end - begin);
         header_->reduced[local_].value.store(base + ++finished, std::memory_order_release);
         moved = true;
       }

@@ -402,31 +402,45 @@ def mxnet_table(models, args):
               f"{rate['trainer'] / rate['single']:>12.0%} {rate['optimizer'] / rate['single']:>14.0%}", flush=True)
 
 
-# A memory-bound loop like a step's gradient copies: 64 MiB copied, then
-# added to, 30 times; prints the median seconds of one pass.
+# A memory-bound loop like a step's gradient copies: on the CPU given as
+# its argument, 64 MiB copied, then added to, 30 times once a line arrives
+# on standard input (after it printed "ready"); prints the median seconds
+# of one pass.
 COPY_LOOP = """
-import statistics, time
+import os, statistics, sys, time
 import numpy as np
+os.sched_setaffinity(0, {int(sys.argv[1])})
 a = np.ones(16 << 20, dtype=np.float32)
-b = np.empty_like(a)
+b = np.ones_like(a)
+print("ready", flush=True)
+sys.stdin.readline()
 passes = []
 for _ in range(30):
     start = time.perf_counter()
     np.copyto(b, a)
     np.add(a, b, out=b)
     passes.append(time.perf_counter() - start)
-print(statistics.median(passes))
+print(statistics.median(passes), flush=True)
 """
 
 
 def memory_share(rounds):
-    """Two copy loops at once, each one's speed over one loop alone (median of `rounds`): the share of
-    the memory bandwidth that two tasks copying at the same moment can each expect here."""
+    """Two copy loops at once, one CPU each, started together: each one's speed over one loop alone
+    (median of `rounds`), the share of the memory bandwidth that two tasks copying at the same moment
+    can each expect here."""
     import subprocess
 
+    cpus = sorted(os.sched_getaffinity(0))
+
     def passes(n):
-        loops = [subprocess.Popen([sys.executable, "-c", COPY_LOOP], stdout=subprocess.PIPE, text=True)
-                 for _ in range(n)]
+        loops = [subprocess.Popen([sys.executable, "-c", COPY_LOOP, str(cpus[i % len(cpus)])],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
+        for loop in loops:
+            if loop.stdout.readline().strip() != "ready":
+                raise SystemExit("a copy loop did not start")
+        for loop in loops:
+            loop.stdin.write("go\n")
+            loop.stdin.flush()
         return [float(loop.communicate()[0]) for loop in loops]
 
     alone, together = [], []
@@ -439,8 +453,8 @@ def memory_share(rounds):
 def two_tasks(models, args):
     print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {os.cpu_count()} cores: each task's "
           f"steps/s, median of {args.rounds} rounds; ddp: the same with torch DDP on two Gloo groups")
-    print(f"memory: two 64 MiB copy-and-add loops at once each run at {memory_share(args.rounds):.0%} of one "
-          f"alone (one core each)", flush=True)
+    print(f"memory: two 64 MiB copy-and-add loops at once (one CPU each) each run at "
+          f"{memory_share(args.rounds):.0%} of one alone", flush=True)
     print(f"{'model':>12} {'peer':>5} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}",
           flush=True)
     for model_name in models:
