@@ -225,7 +225,7 @@ std::optional<SetTransports> TransportPlanner::connect_shared(const std::vector<
   if (!segment) return std::nullopt;
   auto member = std::make_shared<shm::Attachment>(
       global_ranks, rank, std::move(*segment), timeout,
-      shm::tuning_for(global_ranks.size(), std::max(options_.shm->host_ranks, machine_ranks())));
+      shm::tuning_for(global_ranks.size(), machine_ranks()));
   SetTransports transports;
   transports.fast_lane = member->lane ? &*member->lane : nullptr;
   transports.backend = std::make_unique<shm::ShmBackend>(member);
@@ -271,7 +271,10 @@ SetTransports TransportPlanner::connect_network(const std::vector<int>& global_r
   return transports;
 }
 
-int TransportPlanner::machine_ranks() const { return hosts_ ? hosts_->ranks_on_this_machine() : 0; }
+int TransportPlanner::machine_ranks() const {
+  if (!options_.shm) return 0;
+  return std::max(options_.shm->host_ranks, hosts_ ? hosts_->ranks_on_this_machine() : 0);
+}
 
 // A set on the network control plane: its agreement, whose drivers spin
 // only briefly where this host's ranks outnumber its cores, or where the
@@ -282,7 +285,7 @@ int TransportPlanner::machine_ranks() const { return hosts_ ? hosts_->ranks_on_t
 SetTransports TransportPlanner::network_transports(const std::vector<std::string>& identities, int rank) const {
   SetTransports transports;
   transports.stream_agreement = options_.stream_agreement;
-  size_t busy = options_.shm ? static_cast<size_t>(std::max({options_.shm->host_ranks, machine_ranks(), 0})) : 0;
+  size_t busy = static_cast<size_t>(std::max(machine_ranks(), 0));
   const std::string machine = identities.empty() ? "" : machine_named(identities[rank]);
   if (!machine.empty()) {
     busy = std::max(busy, static_cast<size_t>(std::count_if(identities.begin(), identities.end(),

@@ -121,9 +121,9 @@ class TransportPlanner {
                                                 std::chrono::milliseconds timeout,
                                                 const std::atomic<bool>& cancelled) const;
   std::shared_ptr<shm::HeadStart> take_head_start(const Store& store);
-  // The job's ranks on this machine as far as known (0: unknown): several
-  // hosts of the job may be containers or network namespaces of one
-  // machine, their ranks sharing its cores.
+  // The job's ranks on this machine as far as known, at least its ranks on
+  // this host (0: unknown): several hosts of the job may be containers or
+  // network namespaces of one machine, their ranks sharing its cores.
   int machine_ranks() const;
 
   const std::unique_ptr<BackendFactory> network_;

@@ -498,7 +498,12 @@ std::vector<Spins> spins_chosen(const Hosts& hosts, const std::vector<bool>& shm
 // members do not outnumber the cores.
 TEST(HierarchicalChoice, WaitsSpinBrieflyWhereTheMachinesRanksOutnumberItsCores) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores < 2 || cores > 16) GTEST_SKIP() << "needs 2 to 16 cores to make more ranks than cores; " << cores;
+  if (cores < 2)
+    GTEST_SKIP() << "on " << cores << " core any two members outnumber the cores, so the machine's count "
+                 << "changes nothing that could be seen";
+  if (cores > 16)
+    GTEST_SKIP() << "more ranks than " << cores << " cores would take " << cores + 2 << " threads, each with a "
+                 << "segment; the choice is the same arithmetic as on 2 to 16 cores";
   // Two hosts of at most `cores` members each, more than `cores` in all.
   const int per_host = static_cast<int>(std::max<long>(2, (cores + 2) / 2));
   Hosts hosts(per_host, "host-a");
@@ -532,7 +537,10 @@ TEST(HierarchicalChoice, WaitsSpinBrieflyWhereTheMachinesRanksOutnumberItsCores)
 // then flat, and its agreement still counts the machine's ranks.
 TEST(HierarchicalChoice, AMemberWithSharedMemoryOffStillCountsOnItsMachine) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores < 1 || cores > 16) GTEST_SKIP() << "needs 1 to 16 cores to make more ranks than cores; " << cores;
+  ASSERT_GE(cores, 1) << "the number of online cores cannot be read";
+  if (cores > 16)
+    GTEST_SKIP() << "more ranks than " << cores << " cores would take " << cores + 1 << " threads; the choice "
+                 << "is the same arithmetic as on 1 to 16 cores";
   const int n = static_cast<int>(cores + 1);
   Hosts hosts(n, "host-a");
   std::vector<bool> on(n, true);
