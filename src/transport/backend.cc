@@ -25,4 +25,11 @@ int set_rank_of(const std::vector<int>& global_ranks, int my_global_rank, const 
   return static_cast<int>(it - global_ranks.begin());
 }
 
+void Backend::reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root) {
+  if (root < 0 || root >= size())
+    throw InvalidArgument("reduce root " + std::to_string(root) + " is not a set rank of a set of " +
+                          std::to_string(size()));
+  allreduce(buf, count, dtype, op);
+}
+
 }  // namespace hora

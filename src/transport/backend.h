@@ -40,6 +40,11 @@ class Backend {
   // `op` is kSum, kMin, kMax or kProduct (Average is a Sum plus scaling,
   // done by the caller).
   virtual void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) = 0;
+  // In place: member `root` (a set rank) ends with the reduction; the
+  // others' buffers are left in any state. For a part whose result one
+  // member passes on (a hierarchical allreduce's host part, before the
+  // leaders' exchange); a backend that has nothing cheaper allreduces.
+  virtual void reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root);
   // `out` receives the members' inputs concatenated in set-rank order;
   // recv_bytes[i] is the byte size of member i's input (this member's
   // input is recv_bytes[rank()] bytes at `in`).

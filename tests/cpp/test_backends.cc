@@ -125,6 +125,29 @@ TEST_P(BackendCollectives, AllreduceFloat32SumAndMax) {
   });
 }
 
+// Every backend reduces to any root (shared memory in its own way, the
+// others by allreduce), over the one-sync and the chunked sizes, and a
+// root outside the set is refused by name.
+TEST_P(BackendCollectives, ReduceGivesTheRootTheSum) {
+  run([](Backend& b, ControlPlane& c, int) {
+    const int n = b.size();
+    for (size_t count : {size_t{3}, size_t{70'001}}) {
+      for (int root = 0; root < n; ++root) {
+        std::vector<float> v(count);
+        for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((b.rank() + 1) * (i % 5 + 1));
+        b.reduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
+        if (b.rank() != root) continue;
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(v[i], static_cast<float>(n * (n + 1) / 2 * (i % 5 + 1))) << "root " << root << " element " << i;
+      }
+    }
+    float one = 1;
+    const std::string refused =
+        error_message<InvalidArgument>([&] { b.reduce(&one, 1, DataType::kFloat32, ReduceOp::kSum, n); });
+    EXPECT_NE(refused.find("reduce root " + std::to_string(n)), std::string::npos) << refused;
+  });
+}
+
 TEST_P(BackendCollectives, AllreduceInt64Product) {
   run([](Backend& b, ControlPlane& c, int) {
     std::vector<int64_t> values(9);

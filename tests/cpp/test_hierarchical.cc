@@ -50,8 +50,8 @@ const Hosts kOneAlone = {"host-a", "host-b", "host-b", "host-b"};     // [0] / [
 
 // Slots of 64 KiB, so that the larger messages below take several chunks;
 // hora's own TCP between the hosts, as jobs under horarun have.
-std::unique_ptr<TransportPlanner> factory_for(const Hosts& hosts, int rank) {
-  return make_transport_planner(make_tcp_backend_factory(TcpOptions{}), {ShmOptions{true, 64 << 10, hosts[rank]}});
+std::unique_ptr<TransportPlanner> factory_for(const Hosts& hosts, int rank, size_t slot_bytes = 64 << 10) {
+  return make_transport_planner(make_tcp_backend_factory(TcpOptions{}), {ShmOptions{true, slot_bytes, hosts[rank]}});
 }
 
 // One member's transports of a set, used through its data plane (->).
@@ -65,9 +65,10 @@ struct Attached {
 // In a forked rank: the backend of the set of every rank over the
 // directory store at `dir`, checked to be hierarchical with shared memory
 // inside each host of two members or more.
-Attached attach(const std::string& dir, const Hosts& hosts, int rank, milliseconds timeout = kTimeout) {
+Attached attach(const std::string& dir, const Hosts& hosts, int rank, milliseconds timeout = kTimeout,
+                size_t slot_bytes = 64 << 10) {
   auto store = make_prefix_store("set", std::make_shared<test_support::DirectoryStore>(dir));
-  Attached member{factory_for(hosts, rank)->connect(first_ranks(kRanks), rank, store, timeout)};
+  Attached member{factory_for(hosts, rank, slot_bytes)->connect(first_ranks(kRanks), rank, store, timeout)};
   const Backend& backend = *member.set.backend;
   require(hierarchical::is_hierarchical_backend(backend), "the set did not get a hierarchical backend");
   require(member.set.fast_lane == nullptr, "a set across hosts got a fast lane");
@@ -216,6 +217,21 @@ void check_every_collective(const Hosts& hosts) {
 }
 
 TEST(HierarchicalProcesses, TwoHostsOfConsecutiveRanksGiveTheFlatNumbers) { check_every_collective(kBlocks); }
+
+// Slots of 256 KiB: each host's part of an allreduce (a reduce to its
+// leader, then a broadcast) takes the reduce-scatter path inside the host,
+// pipelined and not.
+TEST(HierarchicalProcesses, LargeSlotsReduceScatterInsideEachHost) {
+  test_support::TemporaryDirectory dir;
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    auto b = attach(dir.path(), kInterleaved, rank, kTimeout, 256 << 10);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
+      for (size_t count : {size_t{40'001}, size_t{700'001}})
+        check_allreduce<float>(*b, DataType::kFloat32, count, op, [](double v) { return static_cast<float>(v); },
+                               [](double v) { return v; });
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+}
 
 TEST(HierarchicalProcesses, TwoHostsOfInterleavedRanksGiveTheFlatNumbers) { check_every_collective(kInterleaved); }
 

@@ -204,6 +204,59 @@ TEST(ShmProcesses, AllreduceChunksTakingTurnsNeverReadStaleData) {
   expect_all_ok(outcomes);
 }
 
+// A reduce gives its root the very bits an allreduce of the same inputs
+// gives (inputs whose sums round), at every size path and root; the other
+// members' buffers are theirs to overwrite. Allreduces and broadcasts
+// interleaved with them still read only fresh data from the slots.
+TEST(ShmProcesses, ReduceGivesTheRootTheAllreducesBits) {
+  test_support::TemporaryDirectory dir;
+  const int n = 3;
+  auto outcomes = run_processes(n, [&](int rank) {
+    auto b = attach(dir.path(), "set", n, rank, kTimeout, ShmOptions{true, 128 << 10, ""});
+    int step = 0;
+    for (size_t count : {size_t{1}, size_t{7}, size_t{8'192}, size_t{40'001}, size_t{100'003}}) {
+      for (int root = 0; root < n; ++root, ++step) {
+        std::vector<float> input(count);
+        for (size_t i = 0; i < count; ++i) input[i] = 0.1f * static_cast<float>(rank + 1) + 1e-3f * (i % 101) + step;
+        std::vector<float> all = input;
+        b->allreduce(all.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        std::vector<float> reduced = input;
+        b->reduce(reduced.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
+        if (rank == root && std::memcmp(reduced.data(), all.data(), count * sizeof(float)) != 0)
+          throw std::runtime_error("reduce of " + std::to_string(count) + " to root " + std::to_string(root) +
+                                   " differs from the allreduce");
+        std::vector<int32_t> w(9'000, rank == (root + 1) % n ? step : -1);
+        b->broadcast(w.data(), w.size() * sizeof(int32_t), (root + 1) % n);
+        if (w.front() != step || w.back() != step) throw std::runtime_error("broadcast at step " + std::to_string(step));
+      }
+    }
+    // Every dtype and op at the root, past the one-sync limit.
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      const auto dtype = static_cast<DataType>(d);
+      const size_t element = dtype_size(dtype), count = 40'001;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax}) {
+        std::vector<uint8_t> buf(count * element);
+        for (size_t i = 0; i < count; ++i)
+          put(dtype, &buf[i * element], dtype == DataType::kBool ? (rank + i) % 2 : input_value(rank, i));
+        b->reduce(buf.data(), count, dtype, op, 2);
+        for (size_t i = 0; rank == 2 && i < count; ++i)
+          if (get(dtype, &buf[i * element]) != expected_reduction(dtype, op, n, i))
+            throw std::runtime_error(std::string(dtype_name(dtype)) + " " + reduce_op_name(op).data() + " element " +
+                                     std::to_string(i));
+      }
+    }
+    float one = 1;
+    try {
+      b->reduce(&one, 1, DataType::kFloat32, ReduceOp::kSum, -1);
+      throw std::runtime_error("a reduce to root -1 was accepted");
+    } catch (const InvalidArgument& e) {
+      if (std::string(e.what()).find("reduce root -1") == std::string::npos) throw;
+    }
+    b->barrier();
+  }, milliseconds(120'000));
+  expect_all_ok(outcomes);
+}
+
 TEST(ShmProcesses, AllgatherBroadcastAlltoallAndBarrier) {
   test_support::TemporaryDirectory dir;
   const int n = 3;

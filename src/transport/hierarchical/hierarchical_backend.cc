@@ -182,22 +182,23 @@ uint8_t* HierarchicalBackend::staging(int which, size_t bytes) {
   return buffer.data();
 }
 
-// Local allreduce, the leaders' allreduce, then the leader's result to its
-// host: every member ends with the same bits.
+// The host's reduce to its leader, the leaders' allreduce, then the
+// leader's result to its host: every member ends with the same bits.
 void HierarchicalBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   if (count == 0) return;
   if (count * dtype_size(dtype) > kPipelineBytes) {
     return run("allreduce", [&] { pipelined_allreduce(static_cast<uint8_t*>(buf), count, dtype, op); });
   }
   run("allreduce", [&] {
-    if (parts_.local) parts_.local->allreduce(buf, count, dtype, op);
+    if (parts_.local) parts_.local->reduce(buf, count, dtype, op, 0);
     if (parts_.leaders) parts_.leaders->allreduce(buf, count, dtype, op);
     if (parts_.local) parts_.local->broadcast(buf, count * dtype_size(dtype), 0);
   });
 }
 
 // Every member takes this path for the same sizes, so that the leaders
-// agree on the chunks. Chunk k: the host's allreduce A(k), the leaders' N(k) on the courier,
+// agree on the chunks. Chunk k: the host's reduce to its leader A(k), the
+// leaders' N(k) on the courier,
 // the host's broadcast B(k). Every member of a host runs its host's part in
 // one order, A(0), A(1), B(0), A(2), B(1), ..., B(K-1); a leader posts N(k)
 // after A(k) and awaits it before B(k), so N(k) runs while the host does
@@ -224,7 +225,7 @@ void HierarchicalBackend::pipelined_allreduce(uint8_t* buf, size_t count, DataTy
   if (leaders) courier_->begin();
   auto reduce_here = [&](size_t k) {
     const auto [data, n] = chunk(k);
-    parts_.local->allreduce(data, n, dtype, op);
+    parts_.local->reduce(data, n, dtype, op, 0);
     if (leaders) courier_->post([leaders, data, n, dtype, op] { leaders->allreduce(data, n, dtype, op); });
   };
   auto broadcast_here = [&](size_t k) {

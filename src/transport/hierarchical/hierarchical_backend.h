@@ -47,8 +47,9 @@ struct Parts {
 //
 // Inside a host the members use `local` (shared memory), between hosts
 // only the leaders talk, over `leaders` (Gloo or MPI):
-// - allreduce: local allreduce, leaders' allreduce, local broadcast from
-//   the leader (every member ends with the leader's bits); above
+// - allreduce: local reduce to the leader (only the leader needs the
+//   host's sum), leaders' allreduce, local broadcast from the leader
+//   (every member ends with the leader's bits); above
 //   kPipelineBytes in chunks, pipelined: while the leaders reduce chunk k
 //   between hosts (on a thread of the leader's, the courier), the host
 //   reduces chunk k + 1 and then broadcasts chunk k - 1;

@@ -49,6 +49,8 @@ class ShmBackend final : public Backend {
   int size() const override { return static_cast<int>(global_ranks_.size()); }
 
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  // As allreduce, but only `root` takes the result out of the segment.
+  void reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& recv_bytes) override;
   void broadcast(void* buf, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -85,8 +87,12 @@ class ShmBackend final : public Backend {
   void expect_one_per_member(const char* name, const std::vector<size_t>& sizes) const;
 
   // Collectives by chunk (shm_collectives.cc).
-  void allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op);
-  void reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer, size_t at);
+  // `root`: the member that takes the result, or kEveryMember.
+  static constexpr int kEveryMember = -1;
+  void reduce_chunks(const char* name, void* buf, size_t count, DataType dtype, ReduceOp op, int root);
+  void allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int root);
+  void reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer, size_t at,
+                                int root);
 
   // What the member shares with its control plane, and references into it.
   const std::shared_ptr<Attachment> member_;

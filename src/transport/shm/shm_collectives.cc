@@ -90,28 +90,40 @@ void ShmBackend::run(const char* name, size_t slot_use, Collective&& collective)
 }
 
 void ShmBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
+  reduce_chunks("allreduce", buf, count, dtype, op, kEveryMember);
+}
+
+void ShmBackend::reduce(void* buf, size_t count, DataType dtype, ReduceOp op, int root) {
+  if (root < 0 || root >= size())
+    throw InvalidArgument(set_name_ + ": reduce root " + std::to_string(root) + " is not a set rank");
+  reduce_chunks("reduce", buf, count, dtype, op, root);
+}
+
+void ShmBackend::reduce_chunks(const char* name, void* buf, size_t count, DataType dtype, ReduceOp op, int root) {
   if (size() == 1 || count == 0) return;
   const size_t element = dtype_size(dtype);
   const size_t per_chunk = segment_.layout().slot_bytes / element;
-  run("allreduce", turns_extent(segment_.layout().slot_bytes, std::min(count, per_chunk) * element), [&] {
+  run(name, turns_extent(segment_.layout().slot_bytes, std::min(count, per_chunk) * element), [&] {
     auto* data = static_cast<uint8_t*>(buf);
     for (size_t done = 0; done < count; done += per_chunk) {
-      allreduce_chunk(data + done * element, std::min(per_chunk, count - done), dtype, op);
+      allreduce_chunk(data + done * element, std::min(per_chunk, count - done), dtype, op, root);
     }
   });
 }
 
 // Small chunks: every member copies its input into its slot, one sync, and
-// every member reduces all slots in set-rank order into its output, so all
-// end bit-identical. Larger ones go through reduce_scatter_allgather.
-void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op) {
+// every member (or the root alone) reduces all slots in set-rank order into
+// its output, so all end bit-identical. Larger ones go through
+// reduce_scatter_allgather.
+void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int root) {
   const uint64_t chunk = chunks_++;
   const int buffer = static_cast<int>(chunk % 2);
   const size_t bytes = count * dtype_size(dtype);
   const size_t at = turn_position(segment_.layout().slot_bytes, bytes, chunk);
-  if (bytes > tuning_.small_bytes) return reduce_scatter_allgather(data, count, dtype, op, buffer, at);
+  if (bytes > tuning_.small_bytes) return reduce_scatter_allgather(data, count, dtype, op, buffer, at, root);
   std::memcpy(slot(rank_, buffer) + at, data, bytes);
   sync();
+  if (root != kEveryMember && root != rank_) return;
   if (rank_ != 0) std::memcpy(data, slot(0, buffer) + at, bytes);
   for (int r = 1; r < size(); ++r) reduce_into(data, slot(r, buffer) + at, count, dtype, op);
 }
@@ -124,9 +136,11 @@ void ShmBackend::allreduce_chunk(uint8_t* data, size_t count, DataType dtype, Re
 // reads in this phase; after the second sync every member copies each
 // other reduced slice out of its owner's slot. Each element is reduced by
 // one member only, so all members end bit-identical; each member's own
-// slice crosses the segment once instead of twice.
+// slice crosses the segment once instead of twice. Where one member (the
+// root) takes the result, only it copies the others' reduced slices out,
+// and its own stays in its input.
 void ShmBackend::reduce_scatter_allgather(uint8_t* data, size_t count, DataType dtype, ReduceOp op, int buffer,
-                                          size_t at) {
+                                          size_t at, int root) {
   const size_t element = dtype_size(dtype);
   const size_t unit = std::max<size_t>(1, kLine / element);
   const size_t members = static_cast<size_t>(size());
@@ -145,8 +159,9 @@ void ShmBackend::reduce_scatter_allgather(uint8_t* data, size_t count, DataType 
     const int r = (rank_ + k) % size();
     reduce_into(mine, slot(r, buffer) + at + begin(rank_) * element, my_count, dtype, op);
   }
-  copy(own_slot + begin(rank_) * element, mine, my_count * element);
+  if (root != rank_) copy(own_slot + begin(rank_) * element, mine, my_count * element);
   sync();
+  if (root != kEveryMember && root != rank_) return;
   for (int k = 1; k < size(); ++k) {
     const int r = (rank_ + k) % size();
     copy(data + begin(r) * element, slot(r, buffer) + at + begin(r) * element, (end(r) - begin(r)) * element);
