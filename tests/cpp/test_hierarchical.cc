@@ -48,8 +48,9 @@ const Hosts kBlocks = {"host-a", "host-a", "host-b", "host-b"};       // [0, 1] 
 const Hosts kInterleaved = {"host-a", "host-b", "host-a", "host-b"};  // [0, 2] / [1, 3]
 const Hosts kOneAlone = {"host-a", "host-b", "host-b", "host-b"};     // [0] / [1, 2, 3]
 
-// Slots of 64 KiB, so that the larger messages below take several chunks;
-// hora's own TCP between the hosts, as jobs under horarun have.
+// Slots of 64 KiB unless said, so that the larger messages below take
+// several chunks; hora's own TCP between the hosts, as jobs under horarun
+// have.
 std::unique_ptr<TransportPlanner> factory_for(const Hosts& hosts, int rank, size_t slot_bytes = 64 << 10) {
   return make_transport_planner(make_tcp_backend_factory(TcpOptions{}), {ShmOptions{true, slot_bytes, hosts[rank]}});
 }
@@ -219,8 +220,9 @@ void check_every_collective(const Hosts& hosts) {
 TEST(HierarchicalProcesses, TwoHostsOfConsecutiveRanksGiveTheFlatNumbers) { check_every_collective(kBlocks); }
 
 // Slots of 256 KiB: each host's part of an allreduce (a reduce to its
-// leader, then a broadcast) takes the reduce-scatter path inside the host,
-// pipelined and not.
+// leader, then a broadcast) takes the reduce-scatter path inside the host
+// (chunks past the one-sync limit, 64 KiB by default), pipelined and not;
+// with the 64 KiB slots of the other tests no chunk is past it.
 TEST(HierarchicalProcesses, LargeSlotsReduceScatterInsideEachHost) {
   test_support::TemporaryDirectory dir;
   auto outcomes = run_processes(kRanks, [&](int rank) {
