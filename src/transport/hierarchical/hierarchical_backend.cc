@@ -198,11 +198,10 @@ void HierarchicalBackend::allreduce(void* buf, size_t count, DataType dtype, Red
 
 // Every member takes this path for the same sizes, so that the leaders
 // agree on the chunks. Chunk k: the host's reduce to its leader A(k), the
-// leaders' N(k) on the courier,
-// the host's broadcast B(k). Every member of a host runs its host's part in
-// one order, A(0), A(1), B(0), A(2), B(1), ..., B(K-1); a leader posts N(k)
-// after A(k) and awaits it before B(k), so N(k) runs while the host does
-// A(k + 1) and B(k - 1).
+// leaders' N(k) on the courier, the host's broadcast B(k). Every member of
+// a host runs its host's part in one order, A(0), A(1), B(0), A(2), B(1),
+// ..., B(K-1); a leader posts N(k) after A(k) and awaits it before B(k),
+// so N(k) runs while the host does A(k + 1) and B(k - 1).
 void HierarchicalBackend::pipelined_allreduce(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
   const size_t element = dtype_size(dtype);
   const size_t chunks =
