@@ -12,12 +12,17 @@
 // is a switch between the two); and, unpinned, spin-then-sleep with the
 // spin budgets hora uses (20 us at a collective's first sync, 200 us inside
 // one), one above the cross-CPU wake-up, and a spin that yields the CPU
-// between looks. Cases pinned to two CPUs need two CPUs this process may
-// use. Prints one line per case: the median round trip (two
+// between looks. Two more compare a futex with a named FIFO watched by
+// epoll (a doorbell that a process waiting on sockets can watch with them),
+// both sleeping, unpinned. Cases pinned to two CPUs need two CPUs this
+// process may use. Prints one line per case: the median round trip (two
 // hand-offs) in microseconds over 5 runs, then
 // {"RESULT": {"<case>": <seconds per round trip>, ...}}.
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -25,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -42,6 +48,7 @@ struct Case {
   int cpu_a, cpu_b;  // -1: unpinned
   long spin_ns;      // spin budget before sleeping (LONG_MAX: never sleep)
   bool yield = false;  // spin with sched_yield() between looks
+  bool fifo = false;   // sleep in epoll_wait on a named FIFO instead of a futex
 };
 
 void pin(int cpu) {
@@ -75,8 +82,73 @@ void pass(std::atomic<uint32_t>* word, uint32_t value) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void fail(const char* what) {
+  std::perror(what);
+  std::_Exit(2);
+}
+
+// One side of the FIFO case: waits in epoll on its own FIFO, writes a byte
+// into the other's to pass the turn.
+struct FifoSide {
+  int in = -1, out = -1, epoll = -1;
+
+  FifoSide(const std::string& own, const std::string& other) {
+    in = open(own.c_str(), O_RDONLY | O_NONBLOCK);
+    if (in < 0) fail("open FIFO");
+    // The other side's read end may not be open yet (ENXIO until it is).
+    while ((out = open(other.c_str(), O_WRONLY | O_NONBLOCK)) < 0) {
+      if (errno != ENXIO) fail("open FIFO");
+      usleep(1000);
+    }
+    epoll = epoll_create1(0);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    if (epoll < 0 || epoll_ctl(epoll, EPOLL_CTL_ADD, in, &event) != 0) fail("epoll");
+  }
+  void pass() const {
+    const char byte = 1;
+    if (write(out, &byte, 1) != 1) fail("write FIFO");
+  }
+  void await() const {
+    char byte;
+    while (read(in, &byte, 1) != 1) {
+      epoll_event event;
+      epoll_wait(epoll, &event, 1, -1);
+    }
+  }
+};
+
+double run_fifo(int rounds) {
+  char dir[] = "/tmp/hora_wakeup.XXXXXX";
+  if (!mkdtemp(dir)) fail("mkdtemp");
+  const std::string a = std::string(dir) + "/a", b = std::string(dir) + "/b";
+  if (mkfifo(a.c_str(), 0600) != 0 || mkfifo(b.c_str(), 0600) != 0) fail("mkfifo");
+  const pid_t child = fork();
+  if (child == 0) {
+    FifoSide side(b, a);
+    for (int i = 0; i < rounds; ++i) {
+      side.await();
+      side.pass();
+    }
+    std::_Exit(0);
+  }
+  FifoSide side(a, b);
+  const auto start = Clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    side.pass();
+    side.await();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  waitpid(child, nullptr, 0);
+  unlink(a.c_str());
+  unlink(b.c_str());
+  rmdir(dir);
+  return seconds / rounds;
+}
+
 // Seconds per round trip for one run of `rounds`.
 double run(const Case& c, int rounds) {
+  if (c.fifo) return run_fifo(rounds);
   void* shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
     std::perror("mmap");
@@ -135,6 +207,8 @@ int main(int argc, char** argv) {
   cases.push_back({"spin 100 us then sleep, unpinned", -1, -1, 100'000});
   cases.push_back({"spin 200 us then sleep, unpinned", -1, -1, 200'000});
   cases.push_back({"yield 100 us then sleep, unpinned", -1, -1, 100'000, true});
+  cases.push_back({"sleep on a futex, unpinned", -1, -1, 0});
+  cases.push_back({"sleep in epoll on a FIFO, unpinned", -1, -1, 0, false, true});
   std::string result;
   for (const Case& c : cases) {
     std::vector<double> runs;
