@@ -89,6 +89,8 @@ void control_wire_seeds(const std::string& dir) {
   write(dir, "closed", encode(FailureMessage{FailureMessage::Stage::kClosed, {2}, "rank 2 left"}));
   write(dir, "agreement_record", encode(AgreementMessage{AgreementMessage::Kind::kRecord, 3, 7, 2}));
   write(dir, "agreement_drain", encode(AgreementMessage{AgreementMessage::Kind::kDrain, 0, 1, 0}));
+  write(dir, "agreement_handed", encode(AgreementMessage{AgreementMessage::Kind::kHanded, 4, 2, 3}));
+  write(dir, "agreement_undivert_ack", encode(AgreementMessage{AgreementMessage::Kind::kUndivertAck, 4, 2, 2}));
 }
 
 void store_protocol_seeds(const std::string& dir) {

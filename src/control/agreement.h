@@ -11,9 +11,11 @@
 // Implementations: NegotiatedAgreement (every op through the coordinator;
 // the log holds only responses, in the order they arrive), LaneAgreement
 // (members on one host: cached ops agreed in shared memory,
-// transport/shm/fast_lane.h) and StreamAgreement (members on several hosts:
+// transport/shm/fast_lane.h), StreamAgreement (members on several hosts:
 // cached ops agreed by messages, without the coordinator's round trip;
-// control/stream_agreement.h).
+// control/stream_agreement.h) and HostAgreement (several hosts, each with
+// a segment: agreed in each host's lane, then by the hosts' leaders;
+// control/host_agreement.h).
 //
 // Threads: submit() from caller threads; the log side (entry ... wake_drivers)
 // from whichever thread holds the executor role; response_received(),
@@ -128,6 +130,10 @@ class Agreement {
   // appends their entries) so that nothing this agreement sends comes
   // between.
   virtual void in_order(const std::function<void()>& publish) { publish(); }
+  // Engine thread, when the agreement's own wake-up rang it: what this
+  // member does on its own (a host's leader: the rows its host completed,
+  // submissions that landed in diverted rows; control/host_agreement.h).
+  virtual void attend() {}
 };
 
 }  // namespace hora::control

@@ -1,5 +1,6 @@
 #include "control/lane_agreement.h"
 
+#include "hora/errors.h"
 #include "transport/shm/segment.h"
 
 namespace hora::control {
@@ -16,6 +17,8 @@ Agreement::Outcome LaneAgreement::submit(uint32_t slot) {
       return Outcome::kAppended;
     case shm::FastLane::Outcome::kDiverted:
       break;
+    case shm::FastLane::Outcome::kCompleted:
+      throw Internal("a set's fast lane completed a row as a host's lane");
   }
   return Outcome::kDiverted;
 }

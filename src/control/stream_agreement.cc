@@ -122,11 +122,20 @@ void StreamAgreement::send_all(const AgreementMessage& message, int except) {
 }
 
 Agreement::Outcome StreamAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+  return submit_instance(slot, false, std::move(data));
+}
+
+Agreement::Outcome StreamAgreement::submit_counted(uint32_t slot, std::vector<uint8_t> data) {
+  return submit_instance(slot, true, std::move(data));
+}
+
+Agreement::Outcome StreamAgreement::submit_instance(uint32_t slot, bool counted, std::vector<uint8_t> data) {
   if (data.size() > max_carried_bytes()) data.clear();
   std::lock_guard<std::recursive_mutex> stream(stream_);
   std::unique_lock<std::mutex> lock(mutex_);
   Row& r = row(slot, "a submission");
-  const uint32_t instance = ++r.instances;
+  if (counted && r.instances == 0) throw Internal("a counted submission of cache slot " + std::to_string(slot) + " before any count");
+  const uint32_t instance = counted ? r.instances : ++r.instances;
   const uint64_t before = settled_.load();
   if (rank_ == 0 && r.diverted) {
     r.handed.push_back(0);
@@ -263,6 +272,11 @@ void StreamAgreement::on_coordinator(AgreementMessage message) {
     }
     case Kind::kVoid:
       throw Internal("the coordinator sent a member's void answer");
+    case Kind::kDivertHost:
+    case Kind::kHanded:
+    case Kind::kUndivertQuery:
+    case Kind::kUndivertAck:
+      throw Internal("the coordinator sent a host's lane message to a set without one");
   }
   settle();
 }
@@ -311,6 +325,11 @@ void StreamAgreement::on_member(int from, AgreementMessage message) {
     case Kind::kDrain:
     case Kind::kVoidQuery:
       throw Internal("set rank " + std::to_string(from) + " sent a coordinator's agreement message");
+    case Kind::kDivertHost:
+    case Kind::kHanded:
+    case Kind::kUndivertQuery:
+    case Kind::kUndivertAck:
+      throw Internal("set rank " + std::to_string(from) + " sent a host's lane message to a set without one");
   }
   settle();
 }

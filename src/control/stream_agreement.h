@@ -69,6 +69,11 @@ class StreamAgreement final : public Agreement {
   Outcome submit(uint32_t slot) override { return submit_carrying(slot, {}); }
   size_t max_carried_bytes() const override { return size_ <= kMaxCarryingMembers ? kMaxCarriedBytes : 0; }
   Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) override;
+  // submit_carrying() of the instance this member last counted (took_part()
+  // counts it): a host's leader counts its own submission into its host's
+  // lane and submits the host's record once the host's row completes
+  // (control/host_agreement.h).
+  Outcome submit_counted(uint32_t slot, std::vector<uint8_t> data);
 
   std::optional<Entry> entry(uint64_t index) const override;
   bool has_entry(uint64_t index) const override { return settled_.load() > index; }
@@ -122,6 +127,7 @@ class StreamAgreement final : public Agreement {
   };
 
   Row& row(uint32_t slot, const char* what);
+  Outcome submit_instance(uint32_t slot, bool counted, std::vector<uint8_t> data);
   Place* open_place(uint32_t slot, uint32_t instance);
   std::optional<Entry> complete(Place& place);
   static void keep(std::deque<Record>& records, Record record, uint32_t floor);

@@ -222,7 +222,7 @@ AgreementMessage decode_agreement_message(const std::vector<uint8_t>& bytes) {
   AgreementMessage m;
   const uint8_t kind = r.get<uint8_t>("agreement message kind");
   if (kind < static_cast<uint8_t>(AgreementMessage::Kind::kRecord) ||
-      kind > static_cast<uint8_t>(AgreementMessage::Kind::kVoid))
+      kind > static_cast<uint8_t>(AgreementMessage::Kind::kUndivertAck))
     r.fail("agreement message kind", "unknown value " + std::to_string(kind));
   m.kind = static_cast<AgreementMessage::Kind>(kind);
   m.slot = r.get<uint32_t>("agreement slot");

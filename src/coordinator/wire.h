@@ -62,14 +62,29 @@ struct FailureMessage {
 // which is also the op's place in the set's order). kDrain (coordinator):
 // that place is void, the coordinator negotiates the op. kVoidQuery
 // (coordinator): will this member submit that instance through the
-// agreement? kVoid (member): it will not. A record may carry the
+// agreement? kVoid (member): it will not. Between the leaders of hosts
+// (control/host_agreement.h), `instance` numbering the coordinator's rounds:
+// kDivertHost (coordinator): divert the host's row of `slot`; kHanded
+// (leader): set rank `member` submitted it into the diverted row, the
+// coordinator negotiates it; kUndivertQuery (coordinator): give the row
+// back; kUndivertAck (leader): given back, every submission in it handed
+// before this. A record may carry the
 // submitter's input (`data`, at most kMaxCarriedBytes): a small allreduce
 // then needs no exchange of its own. (Small, so that a burst of
 // asynchronous ops stays far below what a peer's socket buffers take while
 // its engine thread runs a long collective and reads nothing.)
 inline constexpr uint32_t kMaxCarriedBytes = 1024;
 struct AgreementMessage {
-  enum class Kind : uint8_t { kRecord = 1, kDrain = 2, kVoidQuery = 3, kVoid = 4 };
+  enum class Kind : uint8_t {
+    kRecord = 1,
+    kDrain = 2,
+    kVoidQuery = 3,
+    kVoid = 4,
+    kDivertHost = 5,
+    kHanded = 6,
+    kUndivertQuery = 7,
+    kUndivertAck = 8,
+  };
   Kind kind = Kind::kRecord;
   uint32_t slot = 0;
   uint32_t instance = 0;

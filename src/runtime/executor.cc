@@ -154,12 +154,13 @@ bool Executor::run_entry(const Agreement::Entry& entry, bool engine) {
 namespace {
 
 // The data plane of an allreduce whose inputs the agreement carried: every
-// member reduces them alike, in set-rank order, and nothing moves.
+// member reduces them alike, in order, and nothing moves (a host agreement
+// carries the sum alone). Its size is the set's, which an average divides by.
 class CarriedInputs final : public Backend {
  public:
-  CarriedInputs(int rank, const Agreement::Carried& inputs) : rank_(rank), inputs_(inputs) {}
+  CarriedInputs(int rank, int size, const Agreement::Carried& inputs) : rank_(rank), size_(size), inputs_(inputs) {}
   int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(inputs_.size()); }
+  int size() const override { return size_; }
   void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override {
     const size_t bytes = count * dtype_size(dtype);
     for (const std::vector<uint8_t>& input : inputs_)
@@ -183,6 +184,7 @@ class CarriedInputs final : public Backend {
     throw Internal(std::string("a carried op ran a ") + op);
   }
   const int rank_;
+  const int size_;
   const Agreement::Carried& inputs_;
 };
 
@@ -202,7 +204,7 @@ void Executor::run_cached(const Agreement::Entry& entry) {
   Response response;
   response.op = running_.front().request.op;
   if (entry.carried) {
-    CarriedInputs inputs(links_->data().rank(), *entry.carried);
+    CarriedInputs inputs(links_->data().rank(), links_->data().size(), *entry.carried);
     runner_.run(inputs, response, running_);
   } else {
     runner_.run(links_->data(), response, running_);

@@ -1,7 +1,9 @@
 #include "transport/shm/fast_lane.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
+#include <utility>
 
 namespace hora::shm {
 namespace {
@@ -12,18 +14,22 @@ constexpr uint64_t kLowHalf = 0xffffffffu;
 // A log entry: the low 32 bits of its position + 1 (so that zeroed memory
 // holds no entry), then the payload: a slot, or kResponsePayload.
 constexpr uint32_t kResponsePayload = 0x80000000u;
+// A host's lane: the slot's result is in the carried area.
+constexpr uint32_t kCarriedPayload = 0x40000000u;
 
 }  // namespace
 
 FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-                   std::chrono::nanoseconds spin)
+                   std::chrono::nanoseconds spin, Mode mode, std::function<void()> attention)
     : segment_(&segment),
       rank_(rank),
       size_(size),
       bells_(&bells),
       seats_(&seats),
       spin_(spin),
-      full_((uint64_t{1} << size) - 1) {
+      full_((uint64_t{1} << size) - 1),
+      mode_(mode),
+      attention_(std::move(attention)) {
   for (int r = 0; r < size_; ++r) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(r));
     lane_bells_.emplace_back(segment.field_at<uint32_t>(area + field::kLaneBell),
@@ -57,17 +63,80 @@ FastLane::Outcome FastLane::submit(uint32_t slot) {
   if (now & kDivertedBit) {
     const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
     std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).store(1, std::memory_order_release);
-    (*bells_)[0].ring();
+    if (mode_ == Mode::kHost) {
+      if (rank_ != 0 && attention_) attention_();
+    } else {
+      (*bells_)[0].ring();
+    }
     return Outcome::kDiverted;
   }
   if ((now & full_) != full_) return Outcome::kWaiting;
   // Every member has submitted: nobody else changes the row now, except
-  // the coordinator diverting it, which then owns the op.
+  // the coordinator (a host's leader) diverting it, which then owns the op.
   const uint64_t reset = ((now >> 32) + 1) << 32;
   if (!row(slot).compare_exchange_strong(now, reset, std::memory_order_acq_rel)) return Outcome::kDiverted;
-  append(slot);
-  return Outcome::kAppended;
+  if (mode_ == Mode::kSet) {
+    append(slot);
+    return Outcome::kAppended;
+  }
+  completed_word(slot).fetch_or(uint64_t{1} << (slot % 64), std::memory_order_acq_rel);
+  if (rank_ != 0 && attention_) attention_();
+  return Outcome::kCompleted;
 }
+
+std::atomic_ref<uint64_t> FastLane::completed_word(uint32_t slot) const {
+  const uint64_t offset = segment_->layout().lane_offset() + field::kLaneCompletedAt + 8 * uint64_t{slot / 64};
+  return std::atomic_ref<uint64_t>(*segment_->field_at<uint64_t>(offset));
+}
+
+std::vector<uint32_t> FastLane::take_completed() {
+  std::vector<uint32_t> slots;
+  for (uint32_t word = 0; word < kLaneRows / 64; ++word) {
+    uint64_t bits = completed_word(word * 64).exchange(0, std::memory_order_acq_rel);
+    for (; bits != 0; bits &= bits - 1) slots.push_back(word * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
+  }
+  return slots;
+}
+
+bool FastLane::carries(const Segment& segment, uint32_t slot) {
+  return segment.layout().carries() && slot < kCarriedRows;
+}
+
+void FastLane::write_carried(uint32_t slot, uint32_t member, std::span<const uint8_t> data) {
+  const uint64_t at = segment_->layout().carried_offset(slot, member);
+  const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(data.size(), kCarriedBytes));
+  std::memcpy(segment_->field_at<uint8_t>(at + kLine), data.data(), bytes);
+  // Published by the submission (or append) that follows.
+  std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(at + field::kCarriedSize)).store(bytes, std::memory_order_relaxed);
+}
+
+std::vector<uint8_t> FastLane::read_carried(uint32_t slot, uint32_t member) const {
+  const uint64_t at = segment_->layout().carried_offset(slot, member);
+  const uint32_t bytes =
+      std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(at + field::kCarriedSize)).load(std::memory_order_relaxed);
+  const uint8_t* data = segment_->field_at<uint8_t>(at + kLine);
+  return std::vector<uint8_t>(data, data + std::min<uint64_t>(bytes, kCarriedBytes));
+}
+
+void FastLane::write_input(uint32_t slot, std::span<const uint8_t> data) {
+  if (carries(*segment_, slot)) write_carried(slot, static_cast<uint32_t>(rank_), data);
+}
+
+std::vector<uint8_t> FastLane::input(uint32_t slot, int member) const {
+  if (!carries(*segment_, slot)) return {};
+  return read_carried(slot, static_cast<uint32_t>(member));
+}
+
+void FastLane::write_result(uint32_t slot, std::span<const uint8_t> data) {
+  if (carries(*segment_, slot)) write_carried(slot, segment_->layout().ranks, data);
+}
+
+std::vector<uint8_t> FastLane::result(uint32_t slot) const {
+  if (!carries(*segment_, slot)) return {};
+  return read_carried(slot, segment_->layout().ranks);
+}
+
+void FastLane::append_slot(uint32_t slot, bool carried) { append(slot | (carried ? kCarriedPayload : 0)); }
 
 uint64_t FastLane::min_consumed() const {
   uint64_t least = member_field(0, field::kConsumed);
@@ -105,8 +174,8 @@ std::optional<FastLane::Entry> FastLane::entry(uint64_t index) const {
   const uint64_t word = log_word(index).load(std::memory_order_acquire);
   if ((word >> 32) != ((index + 1) & kLowHalf)) return std::nullopt;
   const auto payload = static_cast<uint32_t>(word & kLowHalf);
-  if (payload == kResponsePayload) return Entry{true, 0};
-  return Entry{false, payload};
+  if (payload == kResponsePayload) return Entry{true, 0, false};
+  return Entry{false, payload & ~kCarriedPayload, (payload & kCarriedPayload) != 0};
 }
 
 void FastLane::set_consumed(uint64_t next) {
@@ -130,7 +199,11 @@ bool FastLane::engine_attention() const {
   if ((watching & kEngine) && entry_waiting()) return true;
   if (rank_ != 0) return false;
   const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
-  return std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).load(std::memory_order_acquire) != 0;
+  if (std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).load(std::memory_order_acquire) != 0) return true;
+  if (mode_ == Mode::kSet) return false;
+  for (uint32_t word = 0; word < kLaneRows / 64; ++word)
+    if (completed_word(word * 64).load(std::memory_order_acquire) != 0) return true;
+  return false;
 }
 
 bool FastLane::has_room(size_t entries) const {

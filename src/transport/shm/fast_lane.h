@@ -6,7 +6,8 @@
 // table holds one row per slot: a bit per member that has submitted the
 // op, a completion count, and a diverted flag. A submitter sets its bit; the
 // member whose bit completes the row resets it (one compare-and-swap, so
-// exactly one does) and appends the slot to the log. The log is the set's
+// exactly one does) and appends the slot to the log (a host's lane, below:
+// marks it completed for the host's leader). The log is the set's
 // one order of execution: the coordinator appends its responses to it too
 // (their contents still travel over the control plane), and every member
 // runs the log's entries in order. So a cached op costs an atomic or two and
@@ -24,12 +25,23 @@
 // for log entries (kEngine, kDriver); appenders ring the doorbell of such
 // members only, so a member whose caller runs the ops itself is not woken
 // for them. At most kMaxMembers members (the row's member bits).
+//
+// A host's lane (Mode::kHost): the members of one host of a set that spans
+// several (control/host_agreement.h). A completed row is not appended: it
+// is marked completed for the host's leader (member 0 of the lane), which
+// agrees on it with the other hosts' leaders and appends what they agreed,
+// in their order, with append_slot() and append_response(). A member's
+// input of a small allreduce travels in the segment's carried area
+// (segment.h) beside its bit. `attention` wakes the leader: a row completed
+// by another member, or a submission that landed in a diverted row.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "transport/shm/segment.h"
@@ -48,20 +60,23 @@ class FastLane {
   struct Entry {
     bool response = false;
     uint32_t slot = 0;
+    bool carried = false;  // a host's lane: the result is in the carried area
   };
 
   enum class Outcome {
     kWaiting,    // the bit is set; others have not submitted yet
     kAppended,   // this submission completed the row and appended it
     kDiverted,   // the coordinator negotiates this op (drain requested)
+    kCompleted,  // a host's lane: this submission completed the row
   };
+  enum class Mode { kSet, kHost };
 
   // `bells` are the members' doorbells (their engine threads sleep on
   // them), by set rank; `seats` where the members' threads run (a waiter
   // that shares its CPU with another member yields it); `spin` is how long
   // a waiter spins before it sleeps.
   FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-           std::chrono::nanoseconds spin);
+           std::chrono::nanoseconds spin, Mode mode = Mode::kSet, std::function<void()> attention = {});
 
   // Whether a set of `members` can use a lane.
   static bool supports(int members) { return members >= 2 && members <= kMaxMembers; }
@@ -69,6 +84,19 @@ class FastLane {
   // Any thread of this member: records its submission of the op in `slot`
   // (< kLaneRows).
   Outcome submit(uint32_t slot);
+
+  // A host's lane. This member's input of the op in `slot` (before its
+  // submit(); empty: none), where the segment carries one for that slot.
+  static bool carries(const Segment& segment, uint32_t slot);
+  void write_input(uint32_t slot, std::span<const uint8_t> data);
+  // Member `member`'s input, and the result the leader wrote.
+  std::vector<uint8_t> input(uint32_t slot, int member) const;
+  void write_result(uint32_t slot, std::span<const uint8_t> data);
+  std::vector<uint8_t> result(uint32_t slot) const;
+  // Leader: the rows completed since the last call (clears them), and
+  // appending an agreed op (`carried`: its result is written).
+  std::vector<uint32_t> take_completed();
+  void append_slot(uint32_t slot, bool carried);
 
   // Executor side. The entry at log position `index`, once appended.
   std::optional<Entry> entry(uint64_t index) const;
@@ -90,7 +118,8 @@ class FastLane {
   // Whether an entry this member has not run is in the log.
   bool entry_waiting() const { return entry(consumed()).has_value(); }
   // What the engine thread waits for besides control messages: an entry
-  // while it watches the log, or (coordinator) a drain request.
+  // while it watches the log, or (coordinator, a host's leader) a drain
+  // request or a completed row.
   bool engine_attention() const;
 
   // Coordinator only. Appends a response entry (after has_room).
@@ -117,6 +146,9 @@ class FastLane {
   std::atomic_ref<uint64_t> row(uint32_t slot) const;
   std::atomic_ref<uint64_t> log_word(uint64_t index) const;
   std::atomic_ref<uint64_t> tail() const;
+  std::atomic_ref<uint64_t> completed_word(uint32_t slot) const;
+  void write_carried(uint32_t slot, uint32_t member, std::span<const uint8_t> data);
+  std::vector<uint8_t> read_carried(uint32_t slot, uint32_t member) const;
   uint64_t member_field(int member, uint64_t offset) const;
   uint64_t min_consumed() const;
   void append(uint32_t payload);
@@ -131,6 +163,8 @@ class FastLane {
   std::vector<Doorbell> lane_bells_;
   const std::chrono::nanoseconds spin_;
   const uint64_t full_;  // every member's bit
+  const Mode mode_;
+  const std::function<void()> attention_;
 };
 
 }  // namespace hora::shm

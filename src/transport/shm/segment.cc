@@ -102,7 +102,14 @@ uint64_t SegmentLayout::ring_offset(uint32_t member, bool upward) const {
 
 uint64_t SegmentLayout::lane_offset() const { return ring_offset(ranks, true); }
 
-uint64_t SegmentLayout::slots_offset() const { return align_up(lane_offset() + kLaneBytes, kPage); }
+uint64_t SegmentLayout::carried_offset(uint32_t slot, uint32_t rank) const {
+  return lane_offset() + kLaneBytes + (uint64_t{slot} * (ranks + 1) + rank) * kCarriedStride;
+}
+
+uint64_t SegmentLayout::slots_offset() const {
+  const uint64_t carried = carries() ? kCarriedRows * (uint64_t{ranks} + 1) * kCarriedStride : 0;
+  return align_up(lane_offset() + kLaneBytes + carried, kPage);
+}
 
 SegmentLayout plan_layout(uint32_t ranks, uint64_t slot_bytes, uint64_t ring_bytes) {
   const std::string problem = check_sizes(ranks, slot_bytes, ring_bytes);

@@ -22,11 +22,19 @@ constexpr size_t kAbortReasonBytes = 480;
 // entries (a ring; a power of two).
 constexpr uint64_t kLaneRows = 1024;
 constexpr uint64_t kLaneLogEntries = 4096;
-constexpr uint64_t kLaneBytes = 2 * kLine + 8 * (kLaneRows + kLaneLogEntries);
+constexpr uint64_t kLaneBytes = 3 * kLine + 8 * (kLaneRows + kLaneLogEntries);
+// A host's lane (fast_lane.h, between hosts) carries the inputs of small
+// allreduces for its first kCarriedRows slots, in segments of at most
+// kMaxCarryingRanks members: a line (the input's size) and kCarriedBytes per
+// member and slot, and the same for the set's result.
+constexpr uint64_t kCarriedRows = 64;
+constexpr uint64_t kCarriedBytes = 1024;
+constexpr uint32_t kMaxCarryingRanks = 8;
+constexpr uint64_t kCarriedStride = kLine + kCarriedBytes;
 
 // Where each part of a segment lives, as byte offsets from its start:
 //
-//   header | abort record | member areas [ranks] | control rings | fast lane | slots
+//   header | abort record | member areas [ranks] | control rings | fast lane | carried | slots
 //
 // A member area holds its owner's progress counter (with two words of side
 // data), its doorbell (futex word + sleeper count), its pid and its state,
@@ -34,8 +42,11 @@ constexpr uint64_t kLaneBytes = 2 * kLine + 8 * (kLaneRows + kLaneLogEntries);
 // The control plane is a star: member m (1..ranks-1) has one ring to the
 // coordinator and one from it, each a head line, a tail line and
 // ring_bytes of data. The fast lane is a log tail line, a drain-request
-// line, kLaneRows table rows and kLaneLogEntries log entries. Each member owns two slots (a double buffer) of
-// slot_bytes for collective data, page-aligned.
+// line, kLaneRows table rows, kLaneLogEntries log entries and a line of
+// completed rows (a host's lane). The carried inputs follow where the
+// segment has at most kMaxCarryingRanks members (none otherwise). Each
+// member owns two slots (a double buffer) of slot_bytes for collective
+// data, page-aligned.
 struct SegmentLayout {
   uint32_t ranks = 0;
   uint64_t slot_bytes = 0;
@@ -48,6 +59,10 @@ struct SegmentLayout {
   // (`upward`) or the coordinator's to it.
   uint64_t ring_offset(uint32_t member, bool upward) const;
   uint64_t lane_offset() const;
+  // Whether the segment has carried inputs, and where member `rank`'s input
+  // of slot `slot` (< kCarriedRows) is (`rank` == ranks: the result).
+  bool carries() const { return ranks <= kMaxCarryingRanks; }
+  uint64_t carried_offset(uint32_t slot, uint32_t rank) const;
   uint64_t slots_offset() const;
   uint64_t slot_offset(uint32_t rank, int buffer) const {
     return slots_offset() + (uint64_t{rank} * 2 + static_cast<uint64_t>(buffer)) * slot_bytes;
@@ -76,6 +91,8 @@ constexpr uint64_t kLaneTail = 0;             // u64: fast-lane log entries appe
 constexpr uint64_t kLaneDrain = kLine;        // u32: 1 when the coordinator must drain diverted rows
 constexpr uint64_t kLaneRowsAt = 2 * kLine;   // u64[kLaneRows]
 constexpr uint64_t kLaneLogAt = 2 * kLine + 8 * kLaneRows;  // u64[kLaneLogEntries]
+constexpr uint64_t kLaneCompletedAt = kLaneLogAt + 8 * kLaneLogEntries;  // u64[kLaneRows / 64]: rows completed
+constexpr uint64_t kCarriedSize = 0;     // u32: bytes of the carried input that follows the line
 constexpr uint64_t kAbortState = 0;      // u32: AbortState
 constexpr uint64_t kAbortBy = 4;         // i32: set rank that gave up
 constexpr uint64_t kAbortReason = 8;     // char[kAbortReasonBytes]

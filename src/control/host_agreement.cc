@@ -1,0 +1,357 @@
+#include "control/host_agreement.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "hora/errors.h"
+
+namespace hora::control {
+
+using Kind = AgreementMessage::Kind;
+
+namespace {
+
+const std::vector<int>& host_members(const HostAgreement::Hosts& hosts, int rank) {
+  for (const std::vector<int>& members : hosts)
+    if (std::find(members.begin(), members.end(), rank) != members.end()) return members;
+  throw Internal("host agreement: set rank " + std::to_string(rank) + " is on none of the hosts");
+}
+
+}  // namespace
+
+HostAgreement::HostAgreement(shm::FastLane& lane, bool lane_carries, Hosts hosts, int rank, Send send,
+                             std::function<void()> wake_engine, std::chrono::nanoseconds spin, Reduce reduce)
+    : lane_(lane),
+      lane_carries_(lane_carries),
+      hosts_(std::move(hosts)),
+      rank_(rank),
+      host_(host_of(rank)),
+      locals_(host_members(hosts_, rank)),
+      leader_(locals_.front() == rank),
+      send_(std::move(send)),
+      reduce_(std::move(reduce)) {
+  if (hosts_.size() < 2 || hosts_.front().empty() || hosts_.front().front() != 0)
+    throw Internal("host agreement: " + std::to_string(hosts_.size()) + " hosts, the first without set rank 0");
+  for (const std::vector<int>& members : hosts_)
+    if (members.empty() || !std::is_sorted(members.begin(), members.end()))
+      throw Internal("host agreement: a host's set ranks are not ascending");
+  if (leader_) {
+    stream_ = std::make_unique<StreamAgreement>(
+        host_, static_cast<int>(hosts_.size()),
+        [this](int to, const std::vector<uint8_t>& bytes) { send_(leader_of(to), bytes); }, std::move(wake_engine),
+        spin);
+  }
+}
+
+int HostAgreement::host_of(int rank) const {
+  for (size_t host = 0; host < hosts_.size(); ++host)
+    if (std::find(hosts_[host].begin(), hosts_[host].end(), rank) != hosts_[host].end()) return static_cast<int>(host);
+  throw Internal("host agreement: set rank " + std::to_string(rank) + " is on none of the hosts");
+}
+
+size_t HostAgreement::max_carried_bytes() const {
+  return lane_carries_ && hosts_.size() <= static_cast<size_t>(StreamAgreement::kMaxCarryingMembers)
+             ? kMaxCarriedBytes
+             : 0;
+}
+
+void HostAgreement::send_to(int rank, const AgreementMessage& message) {
+  try {
+    send_(rank, encode(message));
+  } catch (const std::exception&) {
+    // The connection broke: the engine thread finds its closure and fails
+    // the set.
+  }
+}
+
+void HostAgreement::send_to_leaders(const AgreementMessage& message) {
+  for (size_t host = 1; host < hosts_.size(); ++host) send_to(leader_of(static_cast<int>(host)), message);
+}
+
+Agreement::Outcome HostAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+  if (slot >= rows()) throw Internal("a submission names cache slot " + std::to_string(slot));
+  if (data.size() > max_carried_bytes()) data.clear();
+  lane_.write_input(slot, data);
+  // The leader counts the host's instance before its bit can complete it.
+  if (leader_) stream_->took_part(slot);
+  const shm::FastLane::Outcome outcome = lane_.submit(slot);
+  if (leader_ && outcome != shm::FastLane::Outcome::kWaiting) attend();
+  switch (outcome) {
+    case shm::FastLane::Outcome::kWaiting:
+      return Outcome::kWaiting;
+    case shm::FastLane::Outcome::kCompleted:
+      return Outcome::kWaiting;  // appended once the other hosts' records are in
+    case shm::FastLane::Outcome::kDiverted:
+      return Outcome::kDiverted;
+    case shm::FastLane::Outcome::kAppended:
+      break;
+  }
+  throw Internal("a host's lane appended a row itself");
+}
+
+// The host's inputs of the op in `slot` reduced in set-rank order, or none
+// unless every member carried one of the same size.
+std::vector<uint8_t> HostAgreement::host_sum(uint32_t slot) const {
+  std::vector<uint8_t> sum = lane_.input(slot, 0);
+  if (sum.empty()) return {};
+  for (size_t local = 1; local < locals_.size(); ++local) {
+    const std::vector<uint8_t> input = lane_.input(slot, static_cast<int>(local));
+    if (input.size() != sum.size()) return {};
+    reduce_(slot, sum.data(), input.data(), sum.size());
+  }
+  return sum;
+}
+
+void HostAgreement::attend() {
+  if (!leader_) return;
+  std::lock_guard<std::mutex> attending(attend_);
+  for (uint32_t slot : lane_.take_completed()) stream_->submit_counted(slot, host_sum(slot));
+  if (lane_.take_drain_request()) {
+    std::vector<uint32_t> diverted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      diverted.assign(diverted_rows_.begin(), diverted_rows_.end());
+    }
+    for (uint32_t slot : diverted) hand_over(slot, lane_.divert(slot), 1);
+  }
+  pump();
+}
+
+void HostAgreement::hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round) {
+  if (local_members.empty()) return;
+  if (rank_ == 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int>& handed = handed_[slot];
+    for (int local : local_members) handed.push_back(locals_[static_cast<size_t>(local)]);
+    drain_request_ = true;
+    return;
+  }
+  for (int local : local_members)
+    send_to(0, AgreementMessage{Kind::kHanded, slot, round, locals_[static_cast<size_t>(local)], {}});
+}
+
+// Appends the entries the leaders agreed since the last call to the host's
+// lane, each carried op's sum written first.
+void HostAgreement::pump() {
+  std::lock_guard<std::mutex> lock(pump_);
+  for (; auto entry = stream_->entry(pumped_); ++pumped_) {
+    if (entry->response) {
+      lane_.append_response();
+    } else if (entry->carried) {
+      const Carried& sums = *entry->carried;
+      std::vector<uint8_t> total = sums.front();
+      for (size_t host = 1; host < sums.size(); ++host) reduce_(entry->slot, total.data(), sums[host].data(), total.size());
+      lane_.write_result(entry->slot, total);
+      lane_.append_slot(entry->slot, true);
+    } else {
+      lane_.append_slot(entry->slot, false);
+    }
+    stream_->set_consumed(pumped_ + 1);
+  }
+}
+
+std::optional<Agreement::Entry> HostAgreement::entry(uint64_t index) const {
+  const std::optional<shm::FastLane::Entry> entry = lane_.entry(index);
+  if (!entry) return std::nullopt;
+  Entry out{entry->response, entry->slot, nullptr};
+  if (entry->carried) out.carried = std::make_shared<const Carried>(Carried{lane_.result(entry->slot)});
+  return out;
+}
+
+void HostAgreement::response_received() {
+  if (!leader_) return;  // the leader appends it to the host's log
+  stream_->response_received();
+  pump();
+}
+
+void HostAgreement::append_response() {
+  stream_->append_response();
+  pump();
+}
+
+void HostAgreement::in_order(const std::function<void()>& publish) { stream_->in_order(publish); }
+
+void HostAgreement::took_part(uint32_t slot) {
+  if (leader_ && slot < rows()) stream_->took_part(slot);
+}
+
+std::vector<int> HostAgreement::divert(uint32_t slot) {
+  if (rank_ != 0) throw Internal("host agreement: set rank " + std::to_string(rank_) + " diverted an op");
+  std::vector<int> handed;
+  for (int host : stream_->divert(slot))
+    handed.insert(handed.end(), hosts_[static_cast<size_t>(host)].begin(), hosts_[static_cast<size_t>(host)].end());
+  const std::vector<int> bits = lane_.divert(slot);
+  std::lock_guard<std::mutex> lock(mutex_);
+  diverted_rows_.insert(slot);
+  for (int local : bits) handed.push_back(locals_[static_cast<size_t>(local)]);
+  auto held = handed_.find(slot);
+  if (held != handed_.end()) {
+    handed.insert(handed.end(), held->second.begin(), held->second.end());
+    handed_.erase(held);
+  }
+  Remote& remote = remote_[slot];
+  if (remote.state != Remote::State::kDiverted) {
+    remote.state = Remote::State::kDiverted;
+    remote.acks = 0;
+    send_to_leaders(AgreementMessage{Kind::kDivertHost, slot, ++remote.round, 0, {}});
+  }
+  std::sort(handed.begin(), handed.end());
+  handed.erase(std::unique(handed.begin(), handed.end()), handed.end());
+  return handed;
+}
+
+bool HostAgreement::try_undivert(uint32_t slot) {
+  if (rank_ != 0) throw Internal("host agreement: set rank " + std::to_string(rank_) + " gave an op back");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (handed_.count(slot) != 0) return false;
+    Remote& remote = remote_[slot];
+    if (remote.state == Remote::State::kDiverted) {
+      remote.state = Remote::State::kQuerying;
+      remote.acks = 0;
+      send_to_leaders(AgreementMessage{Kind::kUndivertQuery, slot, ++remote.round, 0, {}});
+      return false;
+    }
+    if (remote.state == Remote::State::kQuerying) return false;
+  }
+  // Every other host's row is given back; this host's and the stream's
+  // own follow (a submission into a row given back reaches a diverted
+  // slot here as a record, which the stream hands over).
+  if (!lane_.try_undivert(slot)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    diverted_rows_.erase(slot);
+  }
+  if (!stream_->try_undivert(slot)) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  remote_.erase(slot);
+  return true;
+}
+
+bool HostAgreement::take_drain_request() {
+  bool drain = stream_->take_drain_request();
+  drain = lane_.take_drain_request() || drain;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(drain_request_, false) || drain;
+}
+
+Agreement::RowState HostAgreement::row_state(uint32_t slot) const {
+  RowState state;
+  if (slot >= rows()) return state;
+  const shm::FastLane::RowState local = lane_.row_state(slot);
+  for (int member : local.submitted) state.submitted.push_back(locals_[static_cast<size_t>(member)]);
+  if (stream_) {
+    const RowState hosts = stream_->row_state(slot);
+    state.completions = hosts.completions;
+    for (int host : hosts.submitted)
+      if (host != host_)
+        state.submitted.insert(state.submitted.end(), hosts_[static_cast<size_t>(host)].begin(),
+                               hosts_[static_cast<size_t>(host)].end());
+  } else {
+    state.completions = local.completions;
+  }
+  std::sort(state.submitted.begin(), state.submitted.end());
+  state.submitted.erase(std::unique(state.submitted.begin(), state.submitted.end()), state.submitted.end());
+  return state;
+}
+
+void HostAgreement::received(int from, const std::vector<uint8_t>& bytes) {
+  const AgreementMessage message = decode_agreement_message(bytes);
+  if (!leader_)
+    throw Internal("an agreement message from set rank " + std::to_string(from) + " reached set rank " +
+                   std::to_string(rank_) + ", which leads no host");
+  if (message.slot >= rows()) throw Internal("an agreement message names cache slot " + std::to_string(message.slot));
+  if (rank_ == 0) {
+    if (host_of(from) == 0)
+      throw Internal("an agreement message from set rank " + std::to_string(from) + ", on the coordinator's host");
+    const int host = host_of(from);
+    if (leader_of(host) != from)
+      throw Internal("an agreement message from set rank " + std::to_string(from) + ", which leads no host");
+    on_leader_message(host, message, bytes);
+  } else {
+    if (from != 0)
+      throw Internal("an agreement message from set rank " + std::to_string(from) + " reached set rank " +
+                     std::to_string(rank_));
+    on_coordinator_message(message, bytes);
+  }
+  pump();
+}
+
+// The coordinator: a message from the leader of `host`.
+void HostAgreement::on_leader_message(int host, const AgreementMessage& message, const std::vector<uint8_t>& bytes) {
+  switch (message.kind) {
+    case Kind::kRecord:
+    case Kind::kVoid:
+      stream_->received(host, bytes);
+      return;
+    case Kind::kHanded: {
+      const std::vector<int>& members = hosts_[static_cast<size_t>(host)];
+      if (std::find(members.begin(), members.end(), message.member) == members.end())
+        throw Internal("the leader of host " + std::to_string(host) + " handed over set rank " +
+                       std::to_string(message.member) + ", not on its host");
+      std::lock_guard<std::mutex> lock(mutex_);
+      handed_[message.slot].push_back(message.member);
+      drain_request_ = true;
+      return;
+    }
+    case Kind::kUndivertAck: {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = remote_.find(message.slot);
+      if (it == remote_.end() || it->second.state != Remote::State::kQuerying || it->second.round != message.instance)
+        return;  // an answer to a query since overtaken by a diversion
+      if (++it->second.acks == static_cast<int>(hosts_.size()) - 1) {
+        it->second.state = Remote::State::kGivenBack;
+        drain_request_ = true;  // the coordinator looks at the slot again
+      }
+      return;
+    }
+    case Kind::kDrain:
+    case Kind::kVoidQuery:
+    case Kind::kDivertHost:
+    case Kind::kUndivertQuery:
+      break;
+  }
+  throw Internal("the leader of host " + std::to_string(host) + " sent a coordinator's agreement message");
+}
+
+// A host's leader: the coordinator's stream.
+void HostAgreement::on_coordinator_message(const AgreementMessage& message, const std::vector<uint8_t>& bytes) {
+  switch (message.kind) {
+    case Kind::kRecord:
+    case Kind::kDrain:
+    case Kind::kVoidQuery:
+      stream_->received(0, bytes);
+      return;
+    case Kind::kDivertHost: {
+      std::lock_guard<std::mutex> attending(attend_);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        diverted_rows_.insert(message.slot);
+      }
+      hand_over(message.slot, lane_.divert(message.slot), message.instance);
+      return;
+    }
+    case Kind::kUndivertQuery: {
+      std::lock_guard<std::mutex> attending(attend_);
+      // Every bit in the row is handed over before the acknowledgement; a
+      // bit that lands after the row is given back is an ordinary
+      // submission.
+      do hand_over(message.slot, lane_.divert(message.slot), message.instance);
+      while (!lane_.try_undivert(message.slot));
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        diverted_rows_.erase(message.slot);
+      }
+      send_to(0, AgreementMessage{Kind::kUndivertAck, message.slot, message.instance, rank_, {}});
+      return;
+    }
+    case Kind::kVoid:
+    case Kind::kHanded:
+    case Kind::kUndivertAck:
+      break;
+  }
+  throw Internal("the coordinator sent a host leader's agreement message");
+}
+
+}  // namespace hora::control

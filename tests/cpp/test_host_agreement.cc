@@ -1,0 +1,394 @@
+// HostAgreement: a set of two hosts with two members each (set ranks 0, 1
+// on host 0; 2, 3 on host 1). Each host's lane is one segment mapped once
+// per member in this process; the members' control messages go through
+// per-link queues that the test delivers by hand, so every interleaving
+// below is the one the test names.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "control/host_agreement.h"
+#include "coordinator/wire.h"
+#include "hora/errors.h"
+#include "transport/shm/attachment.h"
+#include "transport/shm/fast_lane.h"
+#include "transport/shm/segment.h"
+
+namespace hora::control {
+namespace {
+
+using Kind = AgreementMessage::Kind;
+using shm::FastLane;
+
+constexpr int kRanks = 4;
+const HostAgreement::Hosts kHosts{{0, 1}, {2, 3}};
+
+std::vector<uint8_t> floats(std::vector<float> values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+float first_float(const std::vector<uint8_t>& bytes) {
+  float value;
+  std::memcpy(&value, bytes.data(), sizeof value);
+  return value;
+}
+
+// The sum of float32 inputs, in the order given.
+void add_floats(uint32_t, uint8_t* into, const uint8_t* from, size_t bytes) {
+  for (size_t at = 0; at + sizeof(float) <= bytes; at += sizeof(float)) {
+    float a, b;
+    std::memcpy(&a, into + at, sizeof a);
+    std::memcpy(&b, from + at, sizeof b);
+    a += b;
+    std::memcpy(into + at, &a, sizeof a);
+  }
+}
+
+class TwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const shm::SegmentLayout layout = shm::plan_layout(2, 4096, 4096);
+    for (int host = 0; host < 2; ++host) {
+      const std::string name = shm::random_segment_name();
+      segments_.push_back(std::make_unique<shm::Segment>(shm::Segment::create(name, layout)));
+      segments_.push_back(std::make_unique<shm::Segment>(shm::Segment::open(name, 2, layout.total_bytes)));
+      shm::unlink_segment(name);
+    }
+    for (int rank = 0; rank < kRanks; ++rank) {
+      const shm::Segment& segment = *segments_[rank];
+      std::vector<shm::Doorbell> bells;
+      for (uint32_t r = 0; r < 2; ++r) {
+        const uint64_t area = layout.member_offset(r);
+        bells.emplace_back(segment.field_at<uint32_t>(area + shm::field::kBell),
+                           segment.field_at<uint32_t>(area + shm::field::kSleepers));
+      }
+      bells_.push_back(std::make_unique<std::vector<shm::Doorbell>>(std::move(bells)));
+      seats_.push_back(std::make_unique<shm::Seats>(shm::member_seats(segment, rank % 2)));
+    }
+    for (int rank = 0; rank < kRanks; ++rank) {
+      const int leader = rank - rank % 2;
+      lanes_.push_back(std::make_unique<FastLane>(*segments_[rank], rank % 2, 2, *bells_[rank], *seats_[rank],
+                                                  std::chrono::microseconds(1), FastLane::Mode::kHost,
+                                                  [this, leader] { ++rings_[leader]; }));
+    }
+    for (int rank = 0; rank < kRanks; ++rank)
+      members_.push_back(std::make_unique<HostAgreement>(
+          *lanes_[rank], layout.carries(), kHosts, rank,
+          [this, rank](int to, const std::vector<uint8_t>& bytes) { links_[rank][to].push_back(bytes); }, [] {},
+          std::chrono::microseconds(1), add_floats));
+  }
+
+  HostAgreement& operator[](int rank) { return *members_[rank]; }
+  size_t waiting(int from, int to) const { return links_[from][to].size(); }
+  size_t sent_by(int from) const {
+    size_t n = 0;
+    for (int to = 0; to < kRanks; ++to) n += links_[from][to].size();
+    return n;
+  }
+  AgreementMessage next(int from, int to) const { return decode_agreement_message(links_[from][to].front()); }
+  // Delivers the oldest message from `from` to `to` (an empty one is a
+  // response: the member's engine learns of it from the control plane).
+  void deliver(int from, int to) {
+    ASSERT_FALSE(links_[from][to].empty()) << from << " -> " << to;
+    std::vector<uint8_t> bytes = std::move(links_[from][to].front());
+    links_[from][to].pop_front();
+    if (bytes.empty()) members_[to]->response_received();
+    else members_[to]->received(from, bytes);
+  }
+  // The leaders attend to their lanes and everything is delivered, until
+  // nothing moves.
+  void settle() {
+    for (bool any = true; any;) {
+      any = false;
+      members_[0]->attend();
+      members_[2]->attend();
+      for (int from = 0; from < kRanks; ++from)
+        for (int to = 0; to < kRanks; ++to)
+          while (!links_[from][to].empty()) {
+            deliver(from, to);
+            any = true;
+          }
+    }
+  }
+  // The coordinator publishes a response: its contents go to every member
+  // in its stream, and its entry into the log.
+  void respond() {
+    members_[0]->in_order([&] {
+      for (int to = 1; to < kRanks; ++to) links_[0][to].push_back({});
+      members_[0]->append_response();
+    });
+  }
+  // The slots of the log's entries (a response as -1).
+  std::vector<int> log(int rank) const {
+    std::vector<int> slots;
+    for (uint64_t i = 0; auto entry = members_[rank]->entry(i); ++i)
+      slots.push_back(entry->response ? -1 : static_cast<int>(entry->slot));
+    return slots;
+  }
+  std::vector<int> divert(uint32_t slot) { return members_[0]->divert(slot); }
+
+  std::vector<std::unique_ptr<shm::Segment>> segments_;  // by set rank: its view of its host's segment
+  std::vector<std::unique_ptr<std::vector<shm::Doorbell>>> bells_;
+  std::vector<std::unique_ptr<shm::Seats>> seats_;
+  std::vector<std::unique_ptr<FastLane>> lanes_;
+  std::vector<std::unique_ptr<HostAgreement>> members_;
+  std::deque<std::vector<uint8_t>> links_[kRanks][kRanks];
+  int rings_[kRanks] = {};
+};
+
+TEST_F(TwoHosts, ACachedOpCrossesBetweenTheHostsOnceEachWayAndOnlyBetweenTheLeaders) {
+  (*this)[1].submit(3);
+  (*this)[3].submit(3);
+  (*this)[0].submit(3);  // completes host 0: its place goes to host 1's leader
+  (*this)[2].submit(3);  // completes host 1: its record goes to the coordinator
+  EXPECT_EQ(sent_by(1) + sent_by(3), 0u) << "the other members send nothing";
+  ASSERT_EQ(waiting(0, 2), 1u);
+  ASSERT_EQ(waiting(2, 0), 1u);
+  EXPECT_EQ(sent_by(0) + sent_by(2), 2u);
+  EXPECT_EQ(next(0, 2).kind, Kind::kRecord);
+  EXPECT_EQ(next(2, 0).kind, Kind::kRecord);
+  // Host 1 runs the op as soon as the coordinator's place arrives: no
+  // answer to wait for.
+  deliver(0, 2);
+  EXPECT_EQ(log(2), (std::vector<int>{3}));
+  EXPECT_EQ(log(3), (std::vector<int>{3}));
+  EXPECT_TRUE(log(0).empty());
+  deliver(2, 0);
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{3})) << "rank " << rank;
+  EXPECT_EQ(sent_by(0) + sent_by(2), 0u) << "nothing more is sent";
+}
+
+TEST_F(TwoHosts, EveryMemberGetsTheSameSumOfTheCarriedInputs) {
+  const float inputs[kRanks] = {1.5f, 2.25f, 3.0f, 4.125f};
+  for (int rank : {3, 0, 2, 1}) (*this)[rank].submit_carrying(9, floats({inputs[rank], -inputs[rank]}));
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) {
+    auto entry = (*this)[rank].entry(0);
+    ASSERT_TRUE(entry.has_value());
+    ASSERT_TRUE(entry->carried) << "rank " << rank;
+    ASSERT_EQ(entry->carried->size(), 1u) << "the sum alone";
+    const std::vector<uint8_t>& sum = entry->carried->front();
+    ASSERT_EQ(sum.size(), 2 * sizeof(float));
+    // Each host's inputs in set-rank order, then the hosts' sums in host order.
+    EXPECT_EQ(first_float(sum), (1.5f + 2.25f) + (3.0f + 4.125f)) << "rank " << rank;
+    float second;
+    std::memcpy(&second, sum.data() + sizeof(float), sizeof second);
+    EXPECT_EQ(second, -10.875f) << "rank " << rank;
+  }
+}
+
+TEST_F(TwoHosts, AnOpRunsOnTheDataPlaneUnlessEveryMemberCarriedItsInput) {
+  (*this)[0].submit_carrying(2, floats({1.0f}));
+  (*this)[1].submit(2);
+  (*this)[2].submit_carrying(2, floats({1.0f}));
+  (*this)[3].submit_carrying(2, floats({1.0f}));
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) {
+    auto entry = (*this)[rank].entry(0);
+    ASSERT_TRUE(entry.has_value());
+    EXPECT_FALSE(entry->carried) << "rank " << rank;
+  }
+  // Beyond the carried rows nothing is carried either.
+  for (int rank = 0; rank < kRanks; ++rank) (*this)[rank].submit_carrying(shm::kCarriedRows, floats({1.0f}));
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) {
+    auto entry = (*this)[rank].entry(1);
+    ASSERT_TRUE(entry.has_value());
+    EXPECT_EQ(entry->slot, shm::kCarriedRows);
+    EXPECT_FALSE(entry->carried) << "rank " << rank;
+  }
+}
+
+TEST_F(TwoHosts, AnotherMemberCompletingItsHostsRowRingsTheLeader) {
+  (*this)[0].submit(5);
+  EXPECT_EQ(rings_[0], 0);
+  (*this)[1].submit(5);
+  EXPECT_EQ(rings_[0], 1) << "member 1 completed host 0's row";
+  EXPECT_EQ(sent_by(0), 0u) << "the leader has not attended yet";
+  (*this)[0].attend();
+  EXPECT_EQ(waiting(0, 2), 1u) << "host 0's place";
+  (*this)[2].submit(5);
+  (*this)[3].submit(5);
+  EXPECT_EQ(rings_[2], 1);
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{5})) << "rank " << rank;
+}
+
+TEST_F(TwoHosts, MembersSubmittingInDifferentOrdersRunTheCoordinatorsOrder) {
+  (*this)[3].submit(1);
+  (*this)[3].submit(0);
+  (*this)[1].submit(1);
+  (*this)[2].submit(0);
+  (*this)[1].submit(0);
+  (*this)[0].submit(0);
+  (*this)[2].submit(1);
+  (*this)[0].submit(1);
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{0, 1})) << "rank " << rank;
+}
+
+TEST_F(TwoHosts, EveryInstanceRunsOnceAndResponsesKeepTheirPlace) {
+  for (int rank = 0; rank < kRanks; ++rank) (*this)[rank].submit(4);
+  (*this)[0].attend();  // member 1 completed host 0's row: the op's place
+  respond();
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) (*this)[rank].submit(4);
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{4, -1, 4})) << "rank " << rank;
+  EXPECT_EQ((*this)[0].row_state(4).completions, 2u);
+}
+
+TEST_F(TwoHosts, ADiversionHandsOverTheBitsInEveryHostsRow) {
+  (*this)[0].submit(7);
+  (*this)[2].submit(7);  // members 1 and 3 will send requests instead
+  EXPECT_EQ(divert(7), (std::vector<int>{0}));
+  ASSERT_EQ(waiting(0, 2), 1u);
+  EXPECT_EQ(next(0, 2).kind, Kind::kDivertHost);
+  deliver(0, 2);
+  ASSERT_EQ(waiting(2, 0), 1u);
+  EXPECT_EQ(next(2, 0).kind, Kind::kHanded);
+  EXPECT_EQ(next(2, 0).member, 2);
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(7), (std::vector<int>{2}));
+  // Bits that land in the diverted rows later are handed over too, each
+  // by its host's leader.
+  EXPECT_EQ((*this)[3].submit(7), Agreement::Outcome::kDiverted);
+  EXPECT_EQ(rings_[2], 1);
+  (*this)[2].attend();
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(7), (std::vector<int>{3}));
+  EXPECT_EQ((*this)[1].submit(7), Agreement::Outcome::kDiverted);
+  (*this)[0].attend();
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(7), (std::vector<int>{1}));
+  EXPECT_EQ(sent_by(0), 0u) << "the other host's row is diverted already";
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_TRUE(log(rank).empty());
+}
+
+TEST_F(TwoHosts, ASlotIsGivenBackOnceEveryLeaderHasGivenBackItsRow) {
+  (*this)[2].submit(6);
+  divert(6);
+  deliver(0, 2);  // kDivertHost
+  deliver(2, 0);  // member 2 handed
+  ASSERT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(6), (std::vector<int>{2}));
+  EXPECT_FALSE((*this)[0].try_undivert(6)) << "host 1's row is not given back yet";
+  ASSERT_EQ(waiting(0, 2), 1u);
+  EXPECT_EQ(next(0, 2).kind, Kind::kUndivertQuery);
+  EXPECT_FALSE((*this)[0].try_undivert(6)) << "still waiting for the answer";
+  EXPECT_EQ(waiting(0, 2), 1u) << "asked once";
+  deliver(0, 2);
+  ASSERT_EQ(waiting(2, 0), 1u);
+  EXPECT_EQ(next(2, 0).kind, Kind::kUndivertAck);
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request()) << "the coordinator looks at the slot again";
+  EXPECT_TRUE((*this)[0].try_undivert(6));
+  // The slot is agreed through the lanes again.
+  // The negotiated instance: the coordinator took part with a request,
+  // host 1's leader through the submission it counted.
+  (*this)[0].took_part(6);
+  for (int rank = 0; rank < kRanks; ++rank) (*this)[rank].submit(6);
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{6})) << "rank " << rank;
+}
+
+TEST_F(TwoHosts, ABitThatLandsBeforeTheRowIsGivenBackIsHandedBeforeTheAnswer) {
+  divert(8);
+  deliver(0, 2);  // kDivertHost: nothing to hand over
+  EXPECT_EQ(waiting(2, 0), 0u);
+  EXPECT_FALSE((*this)[0].try_undivert(8));
+  // Member 3 submits into the diverted row; its leader has not attended
+  // when the query comes.
+  EXPECT_EQ((*this)[3].submit(8), Agreement::Outcome::kDiverted);
+  deliver(0, 2);
+  ASSERT_EQ(waiting(2, 0), 2u);
+  EXPECT_EQ(next(2, 0).kind, Kind::kHanded);
+  EXPECT_EQ(next(2, 0).member, 3);
+  deliver(2, 0);
+  EXPECT_EQ(next(2, 0).kind, Kind::kUndivertAck);
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_FALSE((*this)[0].try_undivert(8)) << "member 3's submission is not negotiated yet";
+  EXPECT_EQ(divert(8), (std::vector<int>{3}));
+  // That diversion asked host 1 to divert its row again.
+  ASSERT_EQ(waiting(0, 2), 1u);
+  EXPECT_EQ(next(0, 2).kind, Kind::kDivertHost);
+}
+
+TEST_F(TwoHosts, APlaceAlreadyGivenIsVoidedByTheLeaderOfAHostThatCannotComplete) {
+  (*this)[0].submit(10);
+  (*this)[1].submit(10);  // host 0 complete: the place is given
+  (*this)[0].attend();
+  (*this)[2].submit(10);  // member 3 sends a request instead
+  EXPECT_EQ(divert(10), std::vector<int>{}) << "the place may still complete";
+  // In the coordinator's stream: the place, the void query, the divert.
+  ASSERT_EQ(waiting(0, 2), 3u);
+  EXPECT_EQ(next(0, 2).kind, Kind::kRecord);
+  deliver(0, 2);
+  EXPECT_EQ(next(0, 2).kind, Kind::kVoidQuery);
+  deliver(0, 2);
+  EXPECT_EQ(next(0, 2).kind, Kind::kDivertHost);
+  deliver(0, 2);
+  ASSERT_EQ(waiting(2, 0), 2u);
+  EXPECT_EQ(next(2, 0).kind, Kind::kVoid);
+  deliver(2, 0);
+  EXPECT_EQ(next(2, 0).kind, Kind::kHanded);
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(10), (std::vector<int>{0, 1, 2}));
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_TRUE(log(rank).empty()) << "rank " << rank;
+}
+
+TEST_F(TwoHosts, AHostWhoseRowCompletedAfterItsLeaderAnsweredVoidIsHandedOverWhole) {
+  (*this)[0].submit(11);
+  (*this)[1].submit(11);
+  (*this)[0].attend();
+  (*this)[2].submit(11);
+  EXPECT_EQ(divert(11), std::vector<int>{});
+  deliver(0, 2);  // the place
+  deliver(0, 2);  // the void query: host 1 has sent no record
+  (*this)[3].submit(11);  // completes host 1's row; its leader has not attended
+  deliver(0, 2);  // kDivertHost: the row was reset by its completion, no bits
+  (*this)[2].attend();  // the host's record of that instance goes out after its void answer
+  ASSERT_EQ(waiting(2, 0), 2u);
+  EXPECT_EQ(next(2, 0).kind, Kind::kVoid);
+  deliver(2, 0);
+  EXPECT_EQ(next(2, 0).kind, Kind::kRecord);
+  deliver(2, 0);
+  EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_EQ(divert(11), (std::vector<int>{0, 1, 2, 3}));
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_TRUE(log(rank).empty()) << "rank " << rank;
+}
+
+TEST_F(TwoHosts, MessagesFromTheWrongMemberAreRefusedByName) {
+  const std::vector<uint8_t> record = encode(AgreementMessage{Kind::kRecord, 1, 1, 0, {}});
+  try {
+    (*this)[3].received(0, record);
+    FAIL() << "a member that leads no host took an agreement message";
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("leads no host"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((*this)[0].received(3, record), Internal) << "set rank 3 leads no host";
+  EXPECT_THROW((*this)[0].received(1, record), Internal) << "set rank 1 is on the coordinator's host";
+  try {
+    (*this)[0].received(2, encode(AgreementMessage{Kind::kHanded, 1, 1, 1, {}}));
+    FAIL() << "host 1's leader handed over a member of host 0";
+  } catch (const Internal& e) {
+    EXPECT_NE(std::string(e.what()).find("not on its host"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((*this)[0].received(2, encode(AgreementMessage{Kind::kDivertHost, 1, 1, 0, {}})), Internal);
+  EXPECT_THROW((*this)[2].received(0, encode(AgreementMessage{Kind::kHanded, 1, 1, 2, {}})), Internal);
+  EXPECT_THROW((*this)[2].received(0, encode(AgreementMessage{Kind::kRecord, shm::kLaneRows, 1, 0, {}})), Internal);
+}
+
+}  // namespace
+}  // namespace hora::control
