@@ -17,6 +17,9 @@ Peers, each its own job started through `horarun --launch-agent
 - hora-gloo: the same with Gloo between hosts (HORA_BACKEND=gloo);
 - hora-negotiated: hora with every op negotiated through the coordinator
   (HORA_AGREEMENT=negotiated: no agreement on repeated ops between hosts);
+- hora-stream: hora with every member's records of repeated ops through the
+  coordinator (HORA_AGREEMENT=stream), where hora agrees through the hosts'
+  leaders (the same at 1+1);
 - hora-mpi: hora under mpirun (MPI between hosts);
 - floor: the machine's floor (build/hora_host_floor, benchmarks/host_floor.cc):
   the least work a two-host allreduce can do, the inputs already in shared
@@ -100,7 +103,7 @@ def run_peer(peer, per_host, sizes):
                 "--sizes", ",".join(map(str, sizes))] + (["--every-member"] if peer == "floor-parts" else [])
     cluster_env = {k: ENV[k] for k in ("HORA_CLUSTER", "HORA_CLUSTER_SUBNET")}
     backend = {"hora-mpi": "mpi", "hora-gloo": "gloo"}.get(peer, "tcp")
-    agreement = "negotiated" if peer == "hora-negotiated" else "stream"
+    agreement = {"hora-negotiated": "negotiated", "hora-stream": "stream"}.get(peer, "leaders")
     per_rank = run_job(2 * per_host, argv, dict(cluster_env, HORA_BACKEND=backend, HORA_AGREEMENT=agreement),
                        mpi=peer in ("mpi4py", "hora-mpi"), timeout=1800, launcher_args=launcher, cwd=REPO,
                        what=f"{peer} on {per_host}+{per_host} ranks")
@@ -125,7 +128,8 @@ def main():
     parser.add_argument("--rates", nargs="*", default=list(RATES), choices=list(RATES), help="link limits")
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--peers", default="hora,hora-mpi,mpi4py,torch",
-                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-mpi, mpi4py, torch, floor, floor-parts")
+                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-stream, hora-mpi, mpi4py, torch, floor, "
+                             "floor-parts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -58,9 +58,14 @@ struct RuntimeConfig {
   // Sets whose members share a host use shared memory (HORA_SHM=0: never).
   bool shm = true;
   // Sets without shared memory agree on cached ops by messages, without the
-  // coordinator's round trip (HORA_AGREEMENT=stream, the default); false:
-  // every op is negotiated (HORA_AGREEMENT=negotiated).
+  // coordinator's round trip (HORA_AGREEMENT=leaders, the default, or
+  // stream); false: every op is negotiated (HORA_AGREEMENT=negotiated).
   bool stream_agreement = true;
+  // Where every host of a set has two members or more sharing a segment,
+  // those messages go between the hosts' leaders, each host agreeing in its
+  // segment first (HORA_AGREEMENT=leaders, the default); false: every
+  // member's record goes through the coordinator (HORA_AGREEMENT=stream).
+  bool host_agreement = true;
   // Every set of this rank is run by one pool of threads
   // (HORA_PROGRESS_POOL=0: a thread per set).
   bool progress_pool = true;

@@ -32,7 +32,16 @@
 #include <optional>
 #include <vector>
 
+#include "hora/types.h"
+
 namespace hora::control {
+
+// How a carried allreduce reduces (the same on every member: it is the
+// cached request's, an average as a sum).
+struct Reduction {
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
 
 class Agreement {
  public:
@@ -41,8 +50,10 @@ class Agreement {
   static constexpr uint32_t kDriver = 2;
 
   // Every member's input of a small allreduce, by set rank, where the
-  // agreement carried them (submit_carrying()).
+  // agreement carried them (submit_carrying()); a host agreement carries
+  // their reduction alone.
   using Carried = std::vector<std::vector<uint8_t>>;
+  using Reduction = control::Reduction;
   struct Entry {
     bool response = false;  // the coordinator's next response
     uint32_t slot = 0;      // else: the cached op in this slot
@@ -70,10 +81,12 @@ class Agreement {
   // The most input an agreement carries with a submission (0: none).
   virtual size_t max_carried_bytes() const { return 0; }
   // submit() with this member's input of an allreduce (at most
-  // max_carried_bytes(), the same size on every member): the entry carries
-  // every member's, unless a member's record came without.
-  virtual Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+  // max_carried_bytes(), the same size on every member) and how the op
+  // reduces: the entry carries every member's, unless a member's record
+  // came without.
+  virtual Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data, Reduction how = {}) {
     (void)data;
+    (void)how;
     return submit(slot);
   }
 

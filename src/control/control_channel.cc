@@ -133,9 +133,16 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
 
 void ControlChannel::wake() { wakeup_.signal(); }
 
+bool ControlChannel::also_wake_on(int fd, std::function<void()> clear) {
+  extra_wake_fd_ = fd;
+  clear_extra_wake_ = std::move(clear);
+  return true;
+}
+
 std::optional<ControlPlane::Armed> ControlChannel::arm() {
   Armed armed;
   armed.fds.push_back(wakeup_.fd());
+  if (extra_wake_fd_ >= 0) armed.fds.push_back(extra_wake_fd_);
   for (auto& link : links_) {
     if (!link) continue;
     if (link->frames.ready() || (link->closed && !link->closure_reported)) return std::nullopt;
@@ -152,6 +159,7 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
     for (auto& link : links_) {
       if (link && !link->closed) fds.push_back(pollfd{link->socket.fd(), POLLIN, 0});
     }
+    if (extra_wake_fd_ >= 0) fds.push_back(pollfd{extra_wake_fd_, POLLIN, 0});
     const int rc = poll(fds.data(), fds.size(), net::poll_timeout_ms(deadline));
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -162,10 +170,10 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
       if (link && !link->closed && fds[i++].revents != 0) drain(*link);
     }
     if (auto message = pop_frame()) return message;
-    if (fds[0].revents & POLLIN) {
-      wakeup_.clear();
-      return std::nullopt;
-    }
+    const bool extra = extra_wake_fd_ >= 0 && (fds.back().revents & POLLIN);
+    if (extra) clear_extra_wake_();
+    if (fds[0].revents & POLLIN) wakeup_.clear();
+    if (extra || (fds[0].revents & POLLIN)) return std::nullopt;
     if (rc == 0 && Clock::now() >= deadline) return std::nullopt;
   }
 }

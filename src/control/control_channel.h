@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,6 +62,7 @@ class ControlChannel final : public ControlPlane {
   // receive() has something.
   bool armable() const override { return true; }
   std::optional<Armed> arm() override;
+  bool also_wake_on(int fd, std::function<void()> clear) override;
 
  private:
   // One connection, to set rank `rank`.
@@ -102,6 +104,8 @@ class ControlChannel final : public ControlPlane {
   std::chrono::milliseconds link_timeout_{0};  // net::watch_liveness; 0: off
   std::vector<std::unique_ptr<Link>> links_;  // by set rank; null where no connection
   net::Wakeup wakeup_;
+  int extra_wake_fd_ = -1;  // also_wake_on()
+  std::function<void()> clear_extra_wake_;
   size_t next_link_ = 0;
 };
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -70,6 +71,15 @@ class ControlPlane {
     Clock::time_point look_again = Clock::time_point::max();
   };
   virtual bool armable() const { return false; }
+  // Before the engine starts: a descriptor that, readable, ends a
+  // receive() early as wake() does (`clear` empties it), and that arm()
+  // watches with the plane's own (a host's lane wakes the engine through
+  // it: transport/shm/host_doorbells.h). False where the plane cannot.
+  virtual bool also_wake_on(int fd, std::function<void()> clear) {
+    (void)fd;
+    (void)clear;
+    return false;
+  }
   // Engine thread: spins a moment (the plane's own measure) for something
   // receive() would return for; whether it came.
   virtual bool await_briefly() { return false; }

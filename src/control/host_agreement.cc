@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "core/reduce.h"
 #include "hora/errors.h"
 
 namespace hora::control {
@@ -21,7 +22,7 @@ const std::vector<int>& host_members(const HostAgreement::Hosts& hosts, int rank
 }  // namespace
 
 HostAgreement::HostAgreement(shm::FastLane& lane, bool lane_carries, Hosts hosts, int rank, Send send,
-                             std::function<void()> wake_engine, std::chrono::nanoseconds spin, Reduce reduce)
+                             std::function<void()> wake_engine, std::chrono::nanoseconds spin)
     : lane_(lane),
       lane_carries_(lane_carries),
       hosts_(std::move(hosts)),
@@ -30,7 +31,7 @@ HostAgreement::HostAgreement(shm::FastLane& lane, bool lane_carries, Hosts hosts
       locals_(host_members(hosts_, rank)),
       leader_(locals_.front() == rank),
       send_(std::move(send)),
-      reduce_(std::move(reduce)) {
+      reductions_(shm::kCarriedRows) {
   if (hosts_.size() < 2 || hosts_.front().empty() || hosts_.front().front() != 0)
     throw Internal("host agreement: " + std::to_string(hosts_.size()) + " hosts, the first without set rank 0");
   for (const std::vector<int>& members : hosts_)
@@ -69,10 +70,14 @@ void HostAgreement::send_to_leaders(const AgreementMessage& message) {
   for (size_t host = 1; host < hosts_.size(); ++host) send_to(leader_of(static_cast<int>(host)), message);
 }
 
-Agreement::Outcome HostAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+Agreement::Outcome HostAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data, Reduction how) {
   if (slot >= rows()) throw Internal("a submission names cache slot " + std::to_string(slot));
   if (data.size() > max_carried_bytes()) data.clear();
   lane_.write_input(slot, data);
+  if (leader_ && slot < reductions_.size()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reductions_[slot] = how;
+  }
   // The leader counts the host's instance before its bit can complete it.
   if (leader_) stream_->took_part(slot);
   const shm::FastLane::Outcome outcome = lane_.submit(slot);
@@ -98,9 +103,22 @@ std::vector<uint8_t> HostAgreement::host_sum(uint32_t slot) const {
   for (size_t local = 1; local < locals_.size(); ++local) {
     const std::vector<uint8_t> input = lane_.input(slot, static_cast<int>(local));
     if (input.size() != sum.size()) return {};
-    reduce_(slot, sum.data(), input.data(), sum.size());
+    reduce(slot, sum, input);
   }
   return sum;
+}
+
+void HostAgreement::reduce(uint32_t slot, std::vector<uint8_t>& into, const std::vector<uint8_t>& from) const {
+  Reduction how;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    how = reductions_.at(slot);
+  }
+  const size_t element = dtype_size(how.dtype);
+  if (from.size() != into.size() || into.size() % element != 0)
+    throw Internal("host agreement: carried inputs of " + std::to_string(into.size()) + " and " +
+                   std::to_string(from.size()) + " bytes in cache slot " + std::to_string(slot));
+  reduce_into(into.data(), from.data(), into.size() / element, how.dtype, how.op);
 }
 
 void HostAgreement::attend() {
@@ -141,7 +159,7 @@ void HostAgreement::pump() {
     } else if (entry->carried) {
       const Carried& sums = *entry->carried;
       std::vector<uint8_t> total = sums.front();
-      for (size_t host = 1; host < sums.size(); ++host) reduce_(entry->slot, total.data(), sums[host].data(), total.size());
+      for (size_t host = 1; host < sums.size(); ++host) reduce(entry->slot, total, sums[host]);
       lane_.write_result(entry->slot, total);
       lane_.append_slot(entry->slot, true);
     } else {

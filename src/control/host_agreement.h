@@ -58,20 +58,16 @@ class HostAgreement final : public Agreement {
   using Hosts = std::vector<std::vector<int>>;
   // Sends to a set rank over the set's control plane.
   using Send = std::function<void(int to, const std::vector<uint8_t>& bytes)>;
-  // Reduces `from` into `into` (`bytes` each) as the op cached in `slot`
-  // reduces.
-  using Reduce = std::function<void(uint32_t slot, uint8_t* into, const uint8_t* from, size_t bytes)>;
-
   // `lane`: this member's view of its host's lane (Mode::kHost, its local
   // ranks in set-rank order); `rank`: this member's set rank;
   // `wake_engine`, `spin` as for StreamAgreement.
   HostAgreement(shm::FastLane& lane, bool lane_carries, Hosts hosts, int rank, Send send,
-                std::function<void()> wake_engine, std::chrono::nanoseconds spin, Reduce reduce);
+                std::function<void()> wake_engine, std::chrono::nanoseconds spin);
 
   size_t rows() const override { return shm::kLaneRows; }
   Outcome submit(uint32_t slot) override { return submit_carrying(slot, {}); }
   size_t max_carried_bytes() const override;
-  Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) override;
+  Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data, Reduction how = {}) override;
 
   std::optional<Entry> entry(uint64_t index) const override;
   bool has_entry(uint64_t index) const override { return lane_.entry(index).has_value(); }
@@ -117,6 +113,7 @@ class HostAgreement final : public Agreement {
   // host's leader) to the coordinator.
   void hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round);
   std::vector<uint8_t> host_sum(uint32_t slot) const;
+  void reduce(uint32_t slot, std::vector<uint8_t>& into, const std::vector<uint8_t>& from) const;
   void pump();
   void on_coordinator_message(const AgreementMessage& message, const std::vector<uint8_t>& bytes);
   void on_leader_message(int host, const AgreementMessage& message, const std::vector<uint8_t>& bytes);
@@ -129,7 +126,9 @@ class HostAgreement final : public Agreement {
   const std::vector<int>& locals_;  // set ranks of this host
   const bool leader_;
   const Send send_;
-  const Reduce reduce_;
+  // How each slot's carried op reduces, as the leader submitted it (its
+  // submission comes before its host's row can complete).
+  std::vector<Reduction> reductions_;
   std::unique_ptr<StreamAgreement> stream_;  // the leaders' agreement; leaders only
 
   std::mutex attend_;  // one thread at a time takes the lane's rows and feeds the stream

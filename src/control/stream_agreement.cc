@@ -121,7 +121,9 @@ void StreamAgreement::send_all(const AgreementMessage& message, int except) {
   }
 }
 
-Agreement::Outcome StreamAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data) {
+// Each member reduces the carried inputs itself (the executor does, knowing
+// the op): `how` is not needed here.
+Agreement::Outcome StreamAgreement::submit_carrying(uint32_t slot, std::vector<uint8_t> data, Reduction) {
   return submit_instance(slot, false, std::move(data));
 }
 

@@ -68,7 +68,7 @@ class StreamAgreement final : public Agreement {
   size_t rows() const override { return kRows; }
   Outcome submit(uint32_t slot) override { return submit_carrying(slot, {}); }
   size_t max_carried_bytes() const override { return size_ <= kMaxCarryingMembers ? kMaxCarriedBytes : 0; }
-  Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data) override;
+  Outcome submit_carrying(uint32_t slot, std::vector<uint8_t> data, Reduction how = {}) override;
   // submit_carrying() of the instance this member last counted (took_part()
   // counts it): a host's leader counts its own submission into its host's
   // lane and submits the host's record once the host's row completes

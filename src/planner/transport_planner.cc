@@ -3,12 +3,14 @@
 #include <algorithm>
 
 #include "control/control_channel.h"
+#include "control/host_agreement.h"
 #include "control/in_process_control.h"
 #include "control/shm_control_plane.h"
 #include "hora/errors.h"
 #include "store/cancellable_wait.h"
 #include "transport/hierarchical/hierarchical_backend.h"
 #include "transport/shm/attachment.h"
+#include "transport/shm/host_doorbells.h"
 #include "transport/shm/segment_setup.h"
 #include "transport/shm/shm_backend.h"
 #include "util/caller_waits.h"
@@ -137,6 +139,7 @@ PlannerOptions planner_options(const RuntimeConfig& config) {
   options.hostname = config.hostname;
   options.link_timeout = config.link_timeout;
   options.stream_agreement = config.stream_agreement;
+  options.host_agreement = config.host_agreement;
   return options;
 }
 
@@ -220,7 +223,8 @@ SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, in
 std::optional<SetTransports> TransportPlanner::connect_shared(const std::vector<int>& global_ranks, int rank,
                                                               Store& store, milliseconds timeout,
                                                               const std::atomic<bool>& cancelled,
-                                                              shm::HeadStart* head) const {
+                                                              shm::HeadStart* head,
+                                                              std::shared_ptr<shm::Attachment>* attachment) const {
   std::optional<shm::Segment> segment = segments_->attach(global_ranks, rank, store, timeout, cancelled, head);
   if (!segment) return std::nullopt;
   auto member = std::make_shared<shm::Attachment>(
@@ -228,6 +232,7 @@ std::optional<SetTransports> TransportPlanner::connect_shared(const std::vector<
       shm::tuning_for(global_ranks.size(), machine_ranks()));
   SetTransports transports;
   transports.fast_lane = member->lane ? &*member->lane : nullptr;
+  if (attachment) *attachment = member;
   transports.backend = std::make_unique<shm::ShmBackend>(member);
   transports.control = std::make_unique<control::ShmControlPlane>(std::move(member));
   return transports;
@@ -245,16 +250,72 @@ SetTransports TransportPlanner::connect_across_hosts(const std::vector<int>& glo
   auto network = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) {
     return network_->create(ranks, me, std::move(store), timeout, cancelled);
   };
+  std::shared_ptr<shm::Attachment> host_segment;
   auto local = [&](const std::vector<int>& ranks, int me, std::shared_ptr<Store> store) -> std::unique_ptr<Backend> {
-    if (auto shared = connect_shared(ranks, set_rank_of(ranks, me), *store, timeout, cancelled, nullptr))
+    if (auto shared = connect_shared(ranks, set_rank_of(ranks, me), *store, timeout, cancelled, nullptr, &host_segment))
       return std::move(shared->backend);
     return network(ranks, me, std::move(store));
   };
   SetTransports transports = network_transports(identities, rank);
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
-  transports.backend = hierarchical::make_hierarchical_backend(global_ranks, rank, hierarchical::plan_hosts(identities),
-                                                               set_store, local, network);
+  const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
+  transports.backend = hierarchical::make_hierarchical_backend(global_ranks, rank, layout, set_store, local, network);
+  if (transports.stream_agreement && options_.host_agreement)
+    add_host_agreement(transports, layout, rank, std::move(host_segment), *set_store, timeout, cancelled);
   return transports;
+}
+
+namespace {
+
+// What a host agreement points into: this host's segment, its lane, and
+// the wake-ups between its members.
+struct HostLaneParts {
+  std::shared_ptr<shm::Attachment> segment;
+  std::unique_ptr<shm::HostDoorbells> bells;
+  std::unique_ptr<shm::FastLane> lane;
+};
+
+}  // namespace
+
+// Where every host has two members or more sharing a segment, the set
+// agrees on cached ops in each host's lane and between the hosts' leaders
+// (control/host_agreement.h). Every member decides alike: from the layout,
+// the control plane's kind, and each host's leader saying in the set store
+// whether its host has a segment.
+void TransportPlanner::add_host_agreement(SetTransports& transports, const hierarchical::HostLayout& layout, int rank,
+                                          std::shared_ptr<shm::Attachment> segment, Store& store, milliseconds timeout,
+                                          const std::atomic<bool>& cancelled) const {
+  if (layout.hosts.front().front() != 0) return;
+  for (const std::vector<int>& members : layout.hosts)
+    if (members.size() < 2 || !shm::FastLane::supports(static_cast<int>(members.size()))) return;
+  auto parts = std::make_shared<HostLaneParts>();
+  if (segment) {
+    parts->segment = segment;
+    parts->bells = std::make_unique<shm::HostDoorbells>(segment->segment, segment->rank, segment->size());
+    shm::HostDoorbells* bells = parts->bells.get();
+    parts->lane = std::make_unique<shm::FastLane>(segment->segment, segment->rank, segment->size(), segment->bells,
+                                                  segment->seats, segment->tuning.spin, shm::FastLane::Mode::kHost,
+                                                  [bells](int member) { bells->ring(member); });
+    if (!transports.control->also_wake_on(bells->fd(), [bells] { bells->clear(); })) return;
+  }
+  const int host = layout.host_of.at(static_cast<size_t>(rank));
+  if (layout.is_leader(rank)) store.post("hierarchical/host_lane." + std::to_string(host), {segment ? uint8_t{1} : uint8_t{0}});
+  std::vector<std::string> keys;
+  for (size_t h = 0; h < layout.hosts.size(); ++h) keys.push_back("hierarchical/host_lane." + std::to_string(h));
+  const std::string what = "the hosts' lanes: ";
+  wait_unless_cancelled(store, keys, timeout, cancelled, kCancelPoll, what);
+  for (const std::string& key : keys)
+    if (get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll, what) != std::vector<uint8_t>{1}) return;
+  if (!segment)
+    throw Internal("host " + std::to_string(host) + "'s leader has its host's segment and this member has not");
+  bool carries = true;
+  for (const std::vector<int>& members : layout.hosts) carries &= members.size() <= shm::kMaxCarryingRanks;
+  ControlPlane* control = transports.control.get();
+  transports.agreement = std::make_unique<control::HostAgreement>(
+      *parts->lane, carries, layout.hosts, rank,
+      [control](int to, const std::vector<uint8_t>& bytes) { control->send(to, bytes); }, [control] { control->wake(); },
+      transports.agreement_spin);
+  transports.agreement_parts = std::move(parts);
 }
 
 // The control plane first: the data plane's connection then finds every

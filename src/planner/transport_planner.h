@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "control/agreement.h"
 #include "control/control_plane.h"
 #include "hora/runtime_config.h"
 #include "hora/store.h"
@@ -21,6 +22,13 @@
 #include "transport/shm/segment_setup.h"
 
 namespace hora {
+
+namespace shm {
+class Attachment;
+}  // namespace shm
+namespace hierarchical {
+struct HostLayout;
+}  // namespace hierarchical
 
 // What one member uses of one process set.
 struct SetTransports {
@@ -36,6 +44,11 @@ struct SetTransports {
   // negotiated (HORA_AGREEMENT=negotiated).
   bool stream_agreement = true;
   std::chrono::nanoseconds agreement_spin{std::chrono::microseconds(100)};
+  // An agreement the planner made for the set, and what it points into: a
+  // host agreement (control/host_agreement.h) where every host's members
+  // share a segment; else null, and SetLinks chooses from the above.
+  std::unique_ptr<control::Agreement> agreement;
+  std::shared_ptr<void> agreement_parts;
 };
 
 // What a planner may do with shared memory.
@@ -61,6 +74,10 @@ struct PlannerOptions {
   // Sets without a fast lane agree on cached ops without the coordinator
   // (SetTransports::stream_agreement).
   bool stream_agreement = true;
+  // Sets over hosts that each have a segment agree in the hosts' lanes and
+  // between their leaders (SetTransports::agreement); false: by the stream
+  // agreement among every member.
+  bool host_agreement = true;
 };
 
 // The options a job's RuntimeConfig asks for: shared memory for a job of
@@ -108,11 +125,15 @@ class TransportPlanner {
 
   std::optional<SetTransports> connect_shared(const std::vector<int>& global_ranks, int rank, Store& store,
                                               std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled,
-                                              shm::HeadStart* head) const;
+                                              shm::HeadStart* head,
+                                              std::shared_ptr<shm::Attachment>* attachment = nullptr) const;
   SetTransports connect_across_hosts(const std::vector<int>& global_ranks, int rank,
                                      const std::vector<std::string>& identities,
                                      const std::shared_ptr<Store>& set_store, std::chrono::milliseconds timeout,
                                      const std::atomic<bool>& cancelled) const;
+  void add_host_agreement(SetTransports& transports, const hierarchical::HostLayout& layout, int rank,
+                          std::shared_ptr<shm::Attachment> segment, Store& store, std::chrono::milliseconds timeout,
+                          const std::atomic<bool>& cancelled) const;
   SetTransports connect_network(const std::vector<int>& global_ranks, int rank, std::shared_ptr<Store> set_store,
                                 std::chrono::milliseconds timeout, const std::atomic<bool>& cancelled,
                                 const std::vector<std::string>& identities = {}) const;

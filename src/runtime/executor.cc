@@ -48,8 +48,19 @@ std::optional<uint32_t> Executor::admit(TensorEntry& entry, const std::weak_ptr<
 void Executor::enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried) {
   agreed_pending_.fetch_add(1);
   if (!caller_waits) agreement().watch(Agreement::kEngine, true);
-  const Agreement::Outcome outcome =
-      carried.empty() ? agreement().submit(slot) : agreement().submit_carrying(slot, std::move(carried));
+  Agreement::Outcome outcome;
+  if (carried.empty()) {
+    outcome = agreement().submit(slot);
+  } else {
+    // An average travels as a sum, scaled afterwards (collectives/).
+    Agreement::Reduction how;
+    {
+      std::lock_guard<std::mutex> lock(cached_mutex_);
+      const Request& request = cached_requests_.at(slot);
+      how = {request.dtype, request.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : request.reduce_op};
+    }
+    outcome = agreement().submit_carrying(slot, std::move(carried), how);
+  }
   if (outcome == Agreement::Outcome::kDiverted && !caller_waits) wake_engine_();
 }
 

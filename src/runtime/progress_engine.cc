@@ -238,6 +238,7 @@ void ProgressEngine::record_failure(const std::exception& e) {
 // Takes new submissions, negotiates, runs the log and inspects when due;
 // returns when the loop must look again even if no message arrives.
 ProgressEngine::Clock::time_point ProgressEngine::step(bool run_log) {
+  links_->agreement().attend();
   std::vector<Request> fresh = queue_.take_new();
   note_requests(fresh);
   auto now = Clock::now();

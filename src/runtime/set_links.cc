@@ -8,7 +8,10 @@ namespace hora {
 
 SetLinks::SetLinks(SetTransports transports)
     : backend_(std::move(transports.backend)), control_(std::move(transports.control)) {
-  if (shm::FastLane* lane = transports.fast_lane) {
+  if (transports.agreement) {
+    agreement_parts_ = std::move(transports.agreement_parts);
+    agreement_ = std::move(transports.agreement);
+  } else if (shm::FastLane* lane = transports.fast_lane) {
     agreement_ = std::make_unique<control::LaneAgreement>(*lane);
     fast_lane_ = true;
   } else if (transports.stream_agreement && backend_->size() >= 2) {

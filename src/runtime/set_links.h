@@ -27,8 +27,9 @@ namespace hora {
 
 class SetLinks {
  public:
-  // The agreement is the set's fast lane when it has one, else the stream
-  // agreement (unless the planner says every op is negotiated).
+  // The agreement is the planner's when it made one (a host agreement),
+  // else the set's fast lane when it has one, else the stream agreement
+  // (unless the planner says every op is negotiated).
   explicit SetLinks(SetTransports transports);
   // An agreement of the caller's choice (`fast_lane`: it is agreed in
   // shared memory).
@@ -60,6 +61,7 @@ class SetLinks {
   // segment) goes first, then the control plane, then the data plane.
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ControlPlane> control_;
+  std::shared_ptr<void> agreement_parts_;  // what the planner's agreement points into
   std::unique_ptr<control::Agreement> agreement_;
   bool fast_lane_ = false;
 };

@@ -163,10 +163,11 @@ RuntimeConfig runtime_config_from_env() {
                           std::to_string(kMaxElasticRounds - 1));
   c.elastic_round = static_cast<int>(round);
   c.shm = read_int({"HORA_SHM"}, 1) != 0;
-  const std::string agreement = read_string({"HORA_AGREEMENT"}, "stream");
-  if (agreement != "stream" && agreement != "negotiated")
-    throw InvalidArgument("HORA_AGREEMENT=" + agreement + " is neither 'stream' nor 'negotiated'");
-  c.stream_agreement = agreement == "stream";
+  const std::string agreement = read_string({"HORA_AGREEMENT"}, "leaders");
+  if (agreement != "leaders" && agreement != "stream" && agreement != "negotiated")
+    throw InvalidArgument("HORA_AGREEMENT=" + agreement + " is none of 'leaders', 'stream' and 'negotiated'");
+  c.stream_agreement = agreement != "negotiated";
+  c.host_agreement = agreement == "leaders";
   c.progress_pool = read_int({"HORA_PROGRESS_POOL"}, 1) != 0;
   const long long slot_bytes = read_int({"HORA_SHM_SLOT_BYTES"}, 0);
   if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");

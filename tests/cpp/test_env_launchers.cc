@@ -170,19 +170,25 @@ TEST(EnvLaunchers, BackendFromHoraOrHorovodNames) {
   }
 }
 
-TEST(EnvLaunchers, AgreementStreamByDefaultNegotiatedOnRequestElseRefused) {
+TEST(EnvLaunchers, AgreementThroughTheLeadersByDefaultStreamOrNegotiatedOnRequestElseRefused) {
   Environment env;
   EXPECT_TRUE(runtime_config_from_env().stream_agreement);
+  EXPECT_TRUE(runtime_config_from_env().host_agreement);
   env.set("HORA_AGREEMENT", "negotiated");
   EXPECT_FALSE(runtime_config_from_env().stream_agreement);
+  EXPECT_FALSE(runtime_config_from_env().host_agreement);
   env.set("HORA_AGREEMENT", "stream");
   EXPECT_TRUE(runtime_config_from_env().stream_agreement);
+  EXPECT_FALSE(runtime_config_from_env().host_agreement);
+  env.set("HORA_AGREEMENT", "leaders");
+  EXPECT_TRUE(runtime_config_from_env().stream_agreement);
+  EXPECT_TRUE(runtime_config_from_env().host_agreement);
   env.set("HORA_AGREEMENT", "gossip");
   try {
     runtime_config_from_env();
     FAIL() << "an unknown agreement was accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("HORA_AGREEMENT=gossip is neither 'stream' nor 'negotiated'"),
+    EXPECT_NE(std::string(e.what()).find("HORA_AGREEMENT=gossip is none of 'leaders', 'stream' and 'negotiated'"),
               std::string::npos)
         << e.what();
   }

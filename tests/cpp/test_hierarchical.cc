@@ -13,6 +13,7 @@
 #include <functional>
 #include <thread>
 
+#include "control/host_agreement.h"
 #include "core/half.h"
 #include "hora/errors.h"
 #include "hora/runtime.h"
@@ -386,6 +387,80 @@ TEST(HierarchicalProcesses, RepeatedOpsThatCallersWaitForAndOnesTheyDoNot) {
                     std::to_string(small[0]) + ", expected " + std::to_string(expected));
         require(large == std::vector<float>(5000, members), "set " + std::to_string(set) + ": wrong large sum");
       }
+    }
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+}
+
+// A set over hosts that each have a segment of two members or more agrees
+// through the hosts' lanes and leaders (the lowest set rank of each host);
+// one with a member alone on its host, by every member's records.
+TEST(HierarchicalProcesses, SetsWhoseHostsAllShareASegmentAgreeThroughTheLeaders) {
+  for (const Hosts* hosts : {&kInterleaved, &kOneAlone}) {
+    test_support::TemporaryDirectory dir;
+    auto outcomes = run_processes(kRanks, [&](int rank) {
+      Attached member = attach(dir.path(), *hosts, rank);
+      const auto* agreement = dynamic_cast<const control::HostAgreement*>(member.set.agreement.get());
+      if (hosts == &kOneAlone) {
+        require(agreement == nullptr, "a set with a member alone on its host got a host agreement");
+      } else {
+        require(agreement != nullptr, "the set did not get a host agreement");
+        require(agreement->leader() == (rank < 2), "set rank " + std::to_string(rank) + " leads wrongly");
+      }
+      member->barrier();
+    }, milliseconds(60'000));
+    expect_all_ok(outcomes);
+  }
+}
+
+// Through the Runtime over two hosts of two members (the hosts' lanes and
+// leaders): small ops whose sums the agreement carries, in several types
+// and reductions, ops on the data plane, ops the engine runs and ones their
+// callers run, and a mismatch of a cached op in the middle (diverted on
+// both hosts), which fails on every member and leaves the op agreed again.
+TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders) {
+  test_support::TemporaryDirectory dir;
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {});
+    auto op = [](TensorView view, const char* name, ReduceOp reduce, bool caller_waits) {
+      OpArgs args;
+      args.input = view;
+      args.output = view;
+      args.name = name;
+      args.reduce_op = reduce;
+      args.caller_waits = caller_waits;
+      return args;
+    };
+    for (int step = 0; step < 30; ++step) {
+      std::vector<float> average(3, float(rank + step));
+      std::vector<int64_t> most(2, int64_t{10} * rank - step);
+      std::vector<double> sum(5, 0.25 * (rank + 1));
+      std::vector<float> large(5000, float(rank));
+      if (step == 12) {
+        // Rank 3 sends 'average' with another shape: every member's fails.
+        std::vector<float> odd(rank == 3 ? 4 : 3, 1.0f);
+        try {
+          runtime.enqueue(0, op(TensorView{odd.data(), DataType::kFloat32, {int64_t(odd.size())}}, "average",
+                                ReduceOp::kAverage, true))->wait();
+          require(false, "a mismatched op succeeded on rank " + std::to_string(rank));
+        } catch (const Mismatch&) {
+        }
+        continue;
+      }
+      auto in_background = runtime.enqueue(
+          0, op(TensorView{large.data(), DataType::kFloat32, {5000}}, "large", ReduceOp::kSum, false));
+      auto engine_runs = runtime.enqueue(
+          0, op(TensorView{most.data(), DataType::kInt64, {2}}, "most", ReduceOp::kMax, false));
+      runtime.enqueue(0, op(TensorView{average.data(), DataType::kFloat32, {3}}, "average", ReduceOp::kAverage,
+                            step % 2 == 0))->wait();
+      runtime.enqueue(0, op(TensorView{sum.data(), DataType::kFloat64, {5}}, "sum", ReduceOp::kSum, true))->wait();
+      engine_runs->wait();
+      in_background->wait();
+      const std::string at = "step " + std::to_string(step) + ", rank " + std::to_string(rank);
+      require(average == std::vector<float>(3, float(step) + 1.5f), at + ": average " + std::to_string(average[0]));
+      require(most == std::vector<int64_t>(2, 30 - step), at + ": max " + std::to_string(most[0]));
+      require(sum == std::vector<double>(5, 2.5), at + ": sum " + std::to_string(sum[0]));
+      require(large == std::vector<float>(5000, 6.0f), at + ": large " + std::to_string(large[0]));
     }
   }, milliseconds(60'000));
   expect_all_ok(outcomes);

@@ -40,17 +40,6 @@ float first_float(const std::vector<uint8_t>& bytes) {
   return value;
 }
 
-// The sum of float32 inputs, in the order given.
-void add_floats(uint32_t, uint8_t* into, const uint8_t* from, size_t bytes) {
-  for (size_t at = 0; at + sizeof(float) <= bytes; at += sizeof(float)) {
-    float a, b;
-    std::memcpy(&a, into + at, sizeof a);
-    std::memcpy(&b, from + at, sizeof b);
-    a += b;
-    std::memcpy(into + at, &a, sizeof a);
-  }
-}
-
 class TwoHosts : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,13 +65,13 @@ class TwoHosts : public ::testing::Test {
       const int leader = rank - rank % 2;
       lanes_.push_back(std::make_unique<FastLane>(*segments_[rank], rank % 2, 2, *bells_[rank], *seats_[rank],
                                                   std::chrono::microseconds(1), FastLane::Mode::kHost,
-                                                  [this, leader] { ++rings_[leader]; }));
+                                                  [this, leader](int member) { ++rings_[leader + member]; }));
     }
     for (int rank = 0; rank < kRanks; ++rank)
       members_.push_back(std::make_unique<HostAgreement>(
           *lanes_[rank], layout.carries(), kHosts, rank,
           [this, rank](int to, const std::vector<uint8_t>& bytes) { links_[rank][to].push_back(bytes); }, [] {},
-          std::chrono::microseconds(1), add_floats));
+          std::chrono::microseconds(1)));
   }
 
   HostAgreement& operator[](int rank) { return *members_[rank]; }

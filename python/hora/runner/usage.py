@@ -34,8 +34,9 @@ ENVIRONMENT = [
     ("HORA_MPI_LIBRARY", None, "the MPI library the MPI backend loads, a file name or a path",
      "the one hora was built with"),
     ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),
-    ("HORA_AGREEMENT", None, "sets without shared memory agree on repeated ops by records (stream) or negotiate "
-     "every op with their coordinator (negotiated)", "stream"),
+    ("HORA_AGREEMENT", None, "sets without shared memory agree on repeated ops by records between the hosts' "
+     "leaders where every host shares a segment (leaders), by every member's records (stream), or negotiate every "
+     "op with their coordinator (negotiated)", "leaders"),
     ("HORA_PROGRESS_POOL", None, "0: every process set gets a progress thread of its own instead of sharing the rank's pool",
      "1"),
     ("HORA_SHM_SLOT_BYTES", None, "bytes of each member's shared-memory slot (a multiple of 4096)",

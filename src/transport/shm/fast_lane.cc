@@ -20,7 +20,7 @@ constexpr uint32_t kCarriedPayload = 0x40000000u;
 }  // namespace
 
 FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-                   std::chrono::nanoseconds spin, Mode mode, std::function<void()> attention)
+                   std::chrono::nanoseconds spin, Mode mode, std::function<void(int member)> wake)
     : segment_(&segment),
       rank_(rank),
       size_(size),
@@ -29,7 +29,7 @@ FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector
       spin_(spin),
       full_((uint64_t{1} << size) - 1),
       mode_(mode),
-      attention_(std::move(attention)) {
+      wake_(std::move(wake)) {
   for (int r = 0; r < size_; ++r) {
     const uint64_t area = segment.layout().member_offset(static_cast<uint32_t>(r));
     lane_bells_.emplace_back(segment.field_at<uint32_t>(area + field::kLaneBell),
@@ -64,7 +64,7 @@ FastLane::Outcome FastLane::submit(uint32_t slot) {
     const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
     std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).store(1, std::memory_order_release);
     if (mode_ == Mode::kHost) {
-      if (rank_ != 0 && attention_) attention_();
+      if (rank_ != 0 && wake_) wake_(0);
     } else {
       (*bells_)[0].ring();
     }
@@ -80,7 +80,7 @@ FastLane::Outcome FastLane::submit(uint32_t slot) {
     return Outcome::kAppended;
   }
   completed_word(slot).fetch_or(uint64_t{1} << (slot % 64), std::memory_order_acq_rel);
-  if (rank_ != 0 && attention_) attention_();
+  if (rank_ != 0 && wake_) wake_(0);
   return Outcome::kCompleted;
 }
 
@@ -92,6 +92,7 @@ std::atomic_ref<uint64_t> FastLane::completed_word(uint32_t slot) const {
 std::vector<uint32_t> FastLane::take_completed() {
   std::vector<uint32_t> slots;
   for (uint32_t word = 0; word < kLaneRows / 64; ++word) {
+    if (completed_word(word * 64).load(std::memory_order_relaxed) == 0) continue;
     uint64_t bits = completed_word(word * 64).exchange(0, std::memory_order_acq_rel);
     for (; bits != 0; bits &= bits - 1) slots.push_back(word * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
   }
@@ -165,7 +166,10 @@ void FastLane::ring_watchers() const {
     const uint64_t area = segment_->layout().member_offset(static_cast<uint32_t>(r));
     const uint32_t watching =
         std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(area + field::kWatch)).load(std::memory_order_relaxed);
-    if (watching & kEngine) (*bells_)[r].ring();
+    if (watching & kEngine) {
+      if (mode_ == Mode::kSet) (*bells_)[r].ring();
+      else if (wake_) wake_(r);
+    }
     if (watching & kDriver) lane_bells_[r].ring();
   }
 }

@@ -32,8 +32,10 @@
 // agrees on it with the other hosts' leaders and appends what they agreed,
 // in their order, with append_slot() and append_response(). A member's
 // input of a small allreduce travels in the segment's carried area
-// (segment.h) beside its bit. `attention` wakes the leader: a row completed
-// by another member, or a submission that landed in a diverted row.
+// (segment.h) beside its bit. `wake` wakes a member's engine thread, which
+// waits on sockets and not on a doorbell (host_doorbells.h): the leader's
+// for a row another member completed or a submission that landed in a
+// diverted row, any member's for an entry appended while it watches.
 #pragma once
 
 #include <atomic>
@@ -76,7 +78,7 @@ class FastLane {
   // that shares its CPU with another member yields it); `spin` is how long
   // a waiter spins before it sleeps.
   FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-           std::chrono::nanoseconds spin, Mode mode = Mode::kSet, std::function<void()> attention = {});
+           std::chrono::nanoseconds spin, Mode mode = Mode::kSet, std::function<void(int member)> wake = {});
 
   // Whether a set of `members` can use a lane.
   static bool supports(int members) { return members >= 2 && members <= kMaxMembers; }
@@ -164,7 +166,7 @@ class FastLane {
   const std::chrono::nanoseconds spin_;
   const uint64_t full_;  // every member's bit
   const Mode mode_;
-  const std::function<void()> attention_;
+  const std::function<void(int member)> wake_;
 };
 
 }  // namespace hora::shm
