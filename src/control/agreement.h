@@ -103,6 +103,11 @@ class Agreement {
   virtual std::chrono::nanoseconds look_spin() const { return {}; }
   // This member has run the entries before `next`.
   virtual void set_consumed(uint64_t next) = 0;
+  // How many entries have been appended to this member's log, where another
+  // member may run entries before this one holds them (a host agreement:
+  // another host's members, once their leader settled an entry); elsewhere
+  // the most there is, as whatever another member ran is here already.
+  virtual uint64_t log_length() const { return UINT64_MAX; }
   // Whether an entry this member has not run is in the log.
   virtual bool entry_waiting() const = 0;
   // Sets or clears `who` (kEngine, kDriver) among this member's threads

@@ -57,7 +57,7 @@ size_t HostAgreement::max_carried_bytes() const {
              : 0;
 }
 
-void HostAgreement::send_to(int rank, const AgreementMessage& message) {
+void HostAgreement::send_to(int rank, const AgreementMessage& message) const {
   try {
     send_(rank, encode(message));
   } catch (const std::exception&) {
@@ -66,7 +66,7 @@ void HostAgreement::send_to(int rank, const AgreementMessage& message) {
   }
 }
 
-void HostAgreement::send_to_leaders(const AgreementMessage& message) {
+void HostAgreement::send_to_leaders(const AgreementMessage& message) const {
   for (size_t host = 1; host < hosts_.size(); ++host) send_to(leader_of(static_cast<int>(host)), message);
 }
 
@@ -121,7 +121,17 @@ void HostAgreement::reduce(uint32_t slot, std::vector<uint8_t>& into, const std:
   reduce_into(into.data(), from.data(), into.size() / element, how.dtype, how.op);
 }
 
-void HostAgreement::attend() {
+void HostAgreement::wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const {
+  if (!leader_) return lane_.wait_for_entry(index, give_up);
+  // The leader's caller does the leader's work while it waits: a row its
+  // host completed goes out from here, without waking the engine thread.
+  lane_.wait_for_entry(index, [&] {
+    if (lane_.leader_attention()) serve_host();
+    return give_up();
+  });
+}
+
+void HostAgreement::serve_host() const {
   if (!leader_) return;
   std::lock_guard<std::mutex> attending(attend_);
   for (uint32_t slot : lane_.take_completed()) stream_->submit_counted(slot, host_sum(slot));
@@ -136,7 +146,7 @@ void HostAgreement::attend() {
   pump();
 }
 
-void HostAgreement::hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round) {
+void HostAgreement::hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round) const {
   if (local_members.empty()) return;
   if (rank_ == 0) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -151,7 +161,7 @@ void HostAgreement::hand_over(uint32_t slot, const std::vector<int>& local_membe
 
 // Appends the entries the leaders agreed since the last call to the host's
 // lane, each carried op's sum written first.
-void HostAgreement::pump() {
+void HostAgreement::pump() const {
   std::lock_guard<std::mutex> lock(pump_);
   for (; auto entry = stream_->entry(pumped_); ++pumped_) {
     if (entry->response) {

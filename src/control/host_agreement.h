@@ -73,11 +73,10 @@ class HostAgreement final : public Agreement {
   bool has_entry(uint64_t index) const override { return lane_.entry(index).has_value(); }
   std::chrono::nanoseconds look_spin() const override { return leader_ ? stream_->look_spin() : std::chrono::nanoseconds{}; }
   void set_consumed(uint64_t next) override { lane_.set_consumed(next); }
+  uint64_t log_length() const override { return lane_.appended(); }
   bool entry_waiting() const override { return lane_.entry_waiting(); }
   void watch(uint32_t who, bool on) override { lane_.watch(who, on); }
-  void wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const override {
-    lane_.wait_for_entry(index, give_up);
-  }
+  void wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const override;
   void wake_drivers() const override { lane_.wake_drivers(); }
 
   void response_received() override;
@@ -92,7 +91,7 @@ class HostAgreement final : public Agreement {
   void received(int from, const std::vector<uint8_t>& bytes) override;
   void took_part(uint32_t slot) override;
   void in_order(const std::function<void()>& publish) override;
-  void attend() override;
+  void attend() override { serve_host(); }
 
   bool leader() const { return leader_; }
 
@@ -106,15 +105,16 @@ class HostAgreement final : public Agreement {
 
   int host_of(int rank) const;
   int leader_of(int host) const { return hosts_[static_cast<size_t>(host)].front(); }
-  void send_to(int rank, const AgreementMessage& message);
-  void send_to_leaders(const AgreementMessage& message);
+  void send_to(int rank, const AgreementMessage& message) const;
+  void send_to_leaders(const AgreementMessage& message) const;
   // Hands over the submissions of `local_members` (local ranks) in the
   // diverted row of `slot`: to the coordinator's negotiator, or (another
   // host's leader) to the coordinator.
-  void hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round);
+  void hand_over(uint32_t slot, const std::vector<int>& local_members, uint32_t round) const;
+  void serve_host() const;
   std::vector<uint8_t> host_sum(uint32_t slot) const;
   void reduce(uint32_t slot, std::vector<uint8_t>& into, const std::vector<uint8_t>& from) const;
-  void pump();
+  void pump() const;
   void on_coordinator_message(const AgreementMessage& message, const std::vector<uint8_t>& bytes);
   void on_leader_message(int host, const AgreementMessage& message, const std::vector<uint8_t>& bytes);
 
@@ -131,15 +131,17 @@ class HostAgreement final : public Agreement {
   std::vector<Reduction> reductions_;
   std::unique_ptr<StreamAgreement> stream_;  // the leaders' agreement; leaders only
 
-  std::mutex attend_;  // one thread at a time takes the lane's rows and feeds the stream
-  std::mutex pump_;    // held while appending to the lane (which may wait for room)
-  uint64_t pumped_ = 0;  // stream entries appended to the lane; guarded by pump_
+  // One thread at a time takes the lane's rows and feeds the stream (the
+  // engine thread, or a caller of the leader's that waits for an entry).
+  mutable std::mutex attend_;
+  mutable std::mutex pump_;    // held while appending to the lane (which may wait for room)
+  mutable uint64_t pumped_ = 0;  // stream entries appended to the lane; guarded by pump_
   mutable std::mutex mutex_;
   // Guarded by mutex_.
   std::set<uint32_t> diverted_rows_;        // this host's rows diverted
   std::map<uint32_t, Remote> remote_;       // coordinator
-  std::map<uint32_t, std::vector<int>> handed_;  // coordinator: set ranks to negotiate
-  bool drain_request_ = false;              // coordinator
+  mutable std::map<uint32_t, std::vector<int>> handed_;  // coordinator: set ranks to negotiate
+  mutable bool drain_request_ = false;      // coordinator
 };
 
 }  // namespace hora::control

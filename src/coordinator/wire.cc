@@ -185,6 +185,7 @@ std::vector<uint8_t> encode(const FailureMessage& message) {
   w.put<uint8_t>(static_cast<uint8_t>(message.stage));
   w.put_vector(message.missing);
   w.put_string(message.reason.size() > kMaxString ? message.reason.substr(0, kMaxString) : message.reason);
+  w.put<uint64_t>(message.ran);
   return w.take();
 }
 
@@ -201,6 +202,7 @@ FailureMessage decode_failure_message(const std::vector<uint8_t>& bytes) {
   for (int32_t rank : m.missing)
     if (rank < 0) r.fail("missing ranks", "negative rank " + std::to_string(rank));
   m.reason = r.get_string("failure reason");
+  m.ran = r.get<uint64_t>("entries run");
   r.expect_end();
   return m;
 }

@@ -18,7 +18,7 @@
 
 namespace hora {
 
-inline constexpr uint8_t kWireVersion = 5;
+inline constexpr uint8_t kWireVersion = 6;
 
 // The longest string a message carries (request names, error texts).
 inline constexpr uint32_t kMaxWireString = 64 * 1024;
@@ -47,11 +47,16 @@ struct CoordinatorMessage {
 // set) says kGoodbye before its connection closes, to the coordinator, or
 // from the coordinator to every member; the coordinator then tells the
 // members left kClosed instead of a verdict: the set is closed, not broken.
+// Both carry `ran`, the log entries the sender had run: a receiver whose log
+// does not hold as many yet (its host's leader appends them: control/
+// host_agreement.h) closes the set once it does, so that no op the sender
+// ran fails here.
 struct FailureMessage {
   enum class Stage : uint8_t { kProbe = 1, kReport = 2, kVerdict = 3, kGoodbye = 4, kClosed = 5 };
   Stage stage = Stage::kVerdict;
   std::vector<int32_t> missing;
   std::string reason;  // cut to 64 KiB when encoded
+  uint64_t ran = 0;
 };
 
 // Either direction: the agreement on cached ops of a set without a shared

@@ -43,6 +43,7 @@ void CoordinatorLoop::on_message(const ControlMessage& message, Clock::time_poin
   if (message.closed) {
     closed_[message.from] = true;
     if (failure_ && failure_->left) return;  // it said goodbye first
+    if (closing_.active() && closing_member_ == message.from) return;
     const std::string at = message.address.empty() ? "" : " (at " + message.address + ")";
     const std::string reason = message.unreachable.empty()
                                    ? "the control connection to " + who + at +
@@ -80,12 +81,23 @@ void CoordinatorLoop::on_member_message(int from, const std::vector<uint8_t>& by
   }
 }
 
+bool CoordinatorLoop::close_once_run() {
+  return closing_.settle(agreement_.log_length(), failure_);
+}
+
 void CoordinatorLoop::on_failure_message(int from, const FailureMessage& message, Clock::time_point now) {
   const std::string who = "global rank " + std::to_string(options_.global_ranks[from]);
   if (message.stage == FailureMessage::Stage::kGoodbye) {
-    if (failure_) return;
-    failure_ = SetFailure{options_.goodbye_reason(from), {from}, false, false};
-    failure_->left = true;
+    if (failure_ || closing_.active()) return;
+    SetFailure left{options_.goodbye_reason(from), {from}, false, false};
+    left.left = true;
+    left.ran = message.ran;
+    if (agreement_.log_length() < message.ran) {
+      closing_.start(std::move(left));
+      closing_member_ = from;
+      return;
+    }
+    failure_ = std::move(left);
     return;
   }
   if (message.stage != FailureMessage::Stage::kReport)

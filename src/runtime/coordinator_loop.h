@@ -60,6 +60,10 @@ class CoordinatorLoop {
   bool holding() const { return !undispatched_.empty(); }
 
   std::optional<SetFailure>& failure() { return failure_; }
+  // A member said goodbye after running entries this log does not hold yet
+  // (FailureMessage::ran): the set closes once it holds them, or after
+  // kClosingGrace. Looks whether it does; whether a goodbye still waits.
+  bool close_once_run();
   const ResponseCache& cache() const { return negotiator_.cache(); }
   const Negotiator& negotiator() const { return negotiator_; }
   const std::vector<bool>& closed() const { return closed_; }
@@ -85,6 +89,8 @@ class CoordinatorLoop {
   Negotiator negotiator_;
   StallInspector inspector_;
   std::optional<SetFailure> failure_;
+  PendingClose closing_;  // a goodbye waiting for the log (close_once_run)
+  int closing_member_ = -1;
   std::vector<bool> closed_;    // members whose control connection closed
   std::vector<bool> reported_;  // members that reported a failure
   std::deque<Response> undispatched_;  // agreed, waiting for room in the log

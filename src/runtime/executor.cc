@@ -154,10 +154,12 @@ bool Executor::run_entry(const Agreement::Entry& entry, bool engine) {
     Response response = std::move(responses_.front());
     responses_.pop_front();
     agreement().set_consumed(++next_entry_);
+    entries_run_.store(next_entry_, std::memory_order_relaxed);
     execute(std::move(response));
     return true;
   }
   agreement().set_consumed(++next_entry_);
+    entries_run_.store(next_entry_, std::memory_order_relaxed);
   run_cached(entry);
   return true;
 }

@@ -102,6 +102,8 @@ class Executor {
   void fail_running(std::exception_ptr error);
   void wake_drivers();
   Clock::time_point last_run() const { return runner_.last_run(); }
+  // Log entries run so far (any thread).
+  uint64_t entries_run() const { return entries_run_.load(std::memory_order_relaxed); }
 
  private:
   control::Agreement& agreement() { return links_->agreement(); }
@@ -130,6 +132,7 @@ class Executor {
   std::mutex role_;  // held while running the log (engine thread or a driver)
   // Guarded by role_.
   uint64_t next_entry_ = 0;
+  std::atomic<uint64_t> entries_run_{0};  // next_entry_, for entries_run()
   std::vector<TensorEntry> running_;       // the op being run
   std::exception_ptr driver_failure_;      // a driver's, for the engine thread
   std::deque<Response> responses_;         // engine thread: agreed, not yet reached in the log

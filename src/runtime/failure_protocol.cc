@@ -22,6 +22,21 @@ milliseconds FailureProtocol::coordinator_grace(milliseconds timeout) {
   return std::clamp(census_window(timeout) / 2, milliseconds{100}, milliseconds{500});
 }
 
+void PendingClose::start(SetFailure left) {
+  left_ = std::move(left);
+  since_ = Clock::now();
+}
+
+bool PendingClose::active() const { return left_.has_value(); }
+
+bool PendingClose::settle(uint64_t log_length, std::optional<SetFailure>& failure) {
+  if (!left_) return false;
+  if (log_length < left_->ran && Clock::now() - since_ < kClosingGrace) return true;
+  if (!failure) failure = std::move(left_);
+  left_.reset();
+  return false;
+}
+
 std::string FailureProtocol::conclude(SetFailure failure, std::vector<bool> closed, std::vector<bool> reported,
                                       bool lost_ops) {
   links_.abort(failure.reason);
@@ -38,7 +53,8 @@ std::string FailureProtocol::conclude(SetFailure failure, std::vector<bool> clos
   // A closed set's members each say for themselves whether it broke for
   // them (ops of theirs were lost): they get the reason, not the message.
   const auto stage = failure.left ? FailureMessage::Stage::kClosed : FailureMessage::Stage::kVerdict;
-  FailureMessage verdict{stage, {missing.begin(), missing.end()}, failure.left ? failure.reason : message};
+  FailureMessage verdict{stage, {missing.begin(), missing.end()}, failure.left ? failure.reason : message,
+                         failure.left ? failure.ran : 0};
   const std::vector<uint8_t> bytes = encode(verdict);
   for (int r = 1; r < size && !stopping_; ++r)
     if (!closed[r] && !(failure.left && gone[r])) send_quietly(r, bytes);

@@ -30,6 +30,10 @@
 
 namespace hora {
 
+// How long a set that a member left cleanly waits for the log entries that
+// member had run (FailureMessage::ran) before it closes all the same.
+inline constexpr std::chrono::seconds kClosingGrace{2};
+
 // Why the set broke, as this member first saw it.
 struct SetFailure {
   std::string reason;
@@ -39,6 +43,26 @@ struct SetFailure {
   bool waited_out = false;    // members: this member waited the op timeout itself
   bool coordinator_answered = false;  // members: the coordinator has probed this member
   bool left = false;  // a member said goodbye (or the coordinator said closed): the set is closed, not broken
+  uint64_t ran = 0;   // left: the log entries the member that left had run
+};
+
+// A clean leave waiting for the log to hold the entries the member that
+// left had run (another host's leader may append them later than that
+// member's goodbye arrives: control/host_agreement.h).
+class PendingClose {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `left` closes the set once the log is `left.ran` long.
+  void start(SetFailure left);
+  bool active() const;
+  // Sets `failure` to the leave (unless set already) once the log is long
+  // enough or kClosingGrace has passed; whether it still waits.
+  bool settle(uint64_t log_length, std::optional<SetFailure>& failure);
+
+ private:
+  std::optional<SetFailure> left_;
+  Clock::time_point since_;
 };
 
 class FailureProtocol {

@@ -8,8 +8,9 @@ namespace hora {
 
 using std::chrono::milliseconds;
 
-MemberLoop::MemberLoop(const EngineOptions& options, telemetry::SetTelemetry& telemetry)
-    : options_(options), telemetry_(telemetry), cache_(options.cache_capacity) {}
+MemberLoop::MemberLoop(const EngineOptions& options, const control::Agreement& agreement,
+                       telemetry::SetTelemetry& telemetry)
+    : options_(options), agreement_(agreement), telemetry_(telemetry), cache_(options.cache_capacity) {}
 
 milliseconds MemberLoop::inspection_interval() const {
   if (options_.timeout.count() <= 0) return milliseconds{0};
@@ -32,6 +33,7 @@ std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
   const std::string coordinator = "global rank " + std::to_string(options_.global_ranks[0]);
   if (message.closed) {
     if (failure_ && failure_->left) return {};  // it said goodbye first
+    if (closing_.active()) return {};
     const std::string reason = message.unreachable.empty()
                                    ? "the control connection to the coordinator, " + coordinator +
                                          (message.address.empty() ? "" : " (at " + message.address + ")") +
@@ -57,16 +59,26 @@ std::vector<Response> MemberLoop::on_message(const ControlMessage& message) {
   throw Internal("a member message reached set rank " + std::to_string(options_.rank));
 }
 
+bool MemberLoop::close_once_run() {
+  return closing_.settle(agreement_.log_length(), failure_);
+}
+
 void MemberLoop::on_failure_message(const FailureMessage& message) {
   using Stage = FailureMessage::Stage;
   const std::string who = "global rank " + std::to_string(options_.global_ranks[0]);
-  if (message.stage == Stage::kGoodbye) {
-    failure_ = SetFailure{options_.goodbye_reason(0), {0}, false, false};
-    failure_->left = true;
-  } else if (message.stage == Stage::kClosed) {
+  if (message.stage == Stage::kGoodbye || message.stage == Stage::kClosed) {
     std::vector<int> missing(message.missing.begin(), message.missing.end());
-    failure_ = SetFailure{message.reason, options_.set_ranks_of(missing), false, true};
-    failure_->left = true;
+    SetFailure left = message.stage == Stage::kGoodbye
+                          ? SetFailure{options_.goodbye_reason(0), {0}, false, false}
+                          : SetFailure{message.reason, options_.set_ranks_of(missing), false, true};
+    left.left = true;
+    left.ran = message.ran;
+    if (failure_ || closing_.active()) return;
+    if (agreement_.log_length() >= left.ran) {
+      failure_ = std::move(left);
+      return;
+    }
+    closing_.start(std::move(left));  // the engine closes it once the log holds what the sender ran
   } else if (message.stage == Stage::kVerdict) {
     failure_ = SetFailure{message.reason, {}, false, true};
   } else if (message.stage == Stage::kProbe) {

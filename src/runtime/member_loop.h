@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "control/agreement.h"
 #include "coordinator/response_cache.h"
 #include "coordinator/wire.h"
 #include "runtime/engine_options.h"
@@ -27,7 +28,9 @@ class MemberLoop {
  public:
   using Clock = std::chrono::steady_clock;
 
-  MemberLoop(const EngineOptions& options, telemetry::SetTelemetry& telemetry);
+  // `agreement`: the set's, whose log a goodbye of the coordinator's may
+  // have to wait for (close_once_run()).
+  MemberLoop(const EngineOptions& options, const control::Agreement& agreement, telemetry::SetTelemetry& telemetry);
 
   // The MemberMessage (encoded) that carries `fresh` to the coordinator.
   std::vector<uint8_t> submit_local(std::vector<Request> fresh);
@@ -41,15 +44,20 @@ class MemberLoop {
   std::chrono::milliseconds inspection_interval() const;
 
   std::optional<SetFailure>& failure() { return failure_; }
+  // As CoordinatorLoop::close_once_run(), for the coordinator's goodbye or
+  // its word that the set closed (kClosingGrace at most).
+  bool close_once_run();
   ResponseCache& cache() { return cache_; }
 
  private:
   void on_failure_message(const FailureMessage& message);
 
   const EngineOptions& options_;
+  const control::Agreement& agreement_;
   telemetry::SetTelemetry& telemetry_;
   ResponseCache cache_;
   std::optional<SetFailure> failure_;
+  PendingClose closing_;
 };
 
 }  // namespace hora

@@ -77,7 +77,8 @@ void ProgressEngine::stop(const std::string& reason, bool goodbye) {
 void ProgressEngine::say_goodbye() {
   SetLinks* links = awake_links_.load();
   if (!links) return;
-  const std::vector<uint8_t> goodbye = encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""});
+  const std::vector<uint8_t> goodbye =
+      encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, "", executor_.entries_run()});
   for (int to = options_.coordinator() ? 1 : 0; to < (options_.coordinator() ? options_.size() : 1); ++to) {
     try {
       links->send(to, goodbye);
@@ -131,7 +132,7 @@ bool ProgressEngine::connect_links(const Connect& connect) {
   try {
     auto links = std::make_unique<SetLinks>(connect(stopping_));
     if (options_.coordinator()) coordinator_.emplace(options_, links->agreement(), telemetry_);
-    else member_.emplace(options_, telemetry_);
+    else member_.emplace(options_, links->agreement(), telemetry_);
     submitter_.connected([&](const std::string* stop_reason) {
       links_ = std::move(links);
       if (coordinator_) executor_.attach(*links_, coordinator_->cache(), nullptr);
@@ -239,6 +240,8 @@ void ProgressEngine::record_failure(const std::exception& e) {
 // returns when the loop must look again even if no message arrives.
 ProgressEngine::Clock::time_point ProgressEngine::step(bool run_log) {
   links_->agreement().attend();
+  const bool closing = coordinator_ ? coordinator_->close_once_run() : member_->close_once_run();
+  if (failure()) return Clock::now();
   std::vector<Request> fresh = queue_.take_new();
   note_requests(fresh);
   auto now = Clock::now();
@@ -254,8 +257,9 @@ ProgressEngine::Clock::time_point ProgressEngine::step(bool run_log) {
     next_inspection_ = inspect(now);
     if (failure()) return now + kLongestSleep;
   }
-  // Responses waiting for room in the log, or ops an inspection gave up.
-  const bool holding = coordinator_ && coordinator_->holding();
+  // Responses waiting for room in the log, ops an inspection gave up, or a
+  // goodbye waiting for the log.
+  const bool holding = (coordinator_ && coordinator_->holding()) || closing;
   return std::min(now + (holding ? milliseconds{1} : kLongestSleep), next_inspection_);
 }
 

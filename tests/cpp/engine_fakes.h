@@ -84,6 +84,7 @@ class FakeAgreement final : public control::Agreement {
     return true;
   }
   bool take_drain_request() override { return std::exchange(drain, false); }
+  uint64_t log_length() const override { return length; }
   RowState row_state(uint32_t slot) const override {
     auto it = held.find(slot);
     if (it == held.end() || diverted.count(slot)) return {};
@@ -99,6 +100,7 @@ class FakeAgreement final : public control::Agreement {
   std::map<uint32_t, int> divert_calls;
   bool drain = false;
   uint32_t completions = 0;
+  uint64_t length = UINT64_MAX;  // log_length()
 
  private:
   const size_t rows_;

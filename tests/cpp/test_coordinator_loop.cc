@@ -107,6 +107,24 @@ TEST_F(CoordinatorLoopTest, AClosedMemberBreaksTheSetNamingIt) {
   EXPECT_TRUE(loop_.closed()[2]);
 }
 
+// A member of another host may have run entries this log does not hold yet
+// (a host agreement: its leader's record is on its way on another
+// connection): the set closes once they are here.
+TEST_F(CoordinatorLoopTest, AGoodbyeAfterEntriesThisLogLacksClosesOnceTheyArrive) {
+  agreement_.length = 3;
+  loop_.on_message(ControlMessage{2, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, "", 5}), false}, now_);
+  EXPECT_FALSE(loop_.failure()) << "the member ran entries this log does not hold yet";
+  loop_.on_message(ControlMessage{2, {}, true}, now_);
+  EXPECT_FALSE(loop_.failure()) << "its connection closing is expected";
+  EXPECT_TRUE(loop_.close_once_run());
+  agreement_.length = 5;
+  EXPECT_FALSE(loop_.close_once_run());
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left);
+  EXPECT_EQ(loop_.failure()->ran, 5u);
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{2});
+}
+
 TEST_F(CoordinatorLoopTest, AMemberThatSaysGoodbyeClosesTheSetNamingIt) {
   loop_.on_message(ControlMessage{2, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}), false}, now_);
   ASSERT_TRUE(loop_.failure());

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coordinator/wire.h"
@@ -27,7 +28,8 @@ class MemberLoopTest : public ::testing::Test {
  protected:
   EngineOptions options_ = testing::set_seven(1);
   telemetry::SetTelemetry telemetry_{7, {1, 3, 5}, 1, nullptr};
-  MemberLoop loop_{options_, telemetry_};
+  testing::FakeAgreement agreement_{0};
+  MemberLoop loop_{options_, agreement_, telemetry_};
   Clock::time_point now_ = Clock::now();
 };
 
@@ -78,6 +80,35 @@ TEST_F(MemberLoopTest, TheCoordinatorsGoodbyeOrClosedVerdictClosesTheSet) {
   ASSERT_TRUE(loop_.failure());
   EXPECT_TRUE(loop_.failure()->left);
   EXPECT_EQ(loop_.failure()->gone, std::vector<int>{0}) << "the coordinator that left is not waited for";
+}
+
+// Another host's leader may run entries before this member's log holds
+// them (a host agreement): the coordinator's goodbye names how many it ran,
+// and the set closes once they are here, its closed connection expected
+// meanwhile; or after kClosingGrace all the same.
+TEST_F(MemberLoopTest, TheCoordinatorsGoodbyeWaitsForTheEntriesItRan) {
+  agreement_.length = 3;
+  loop_.on_message(ControlMessage{0, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, "", 5}), false});
+  EXPECT_FALSE(loop_.failure()) << "the coordinator ran entries this log does not hold yet";
+  EXPECT_TRUE(loop_.on_message(ControlMessage{0, {}, true}).empty());
+  EXPECT_FALSE(loop_.failure()) << "its connection closing is expected";
+  EXPECT_TRUE(loop_.close_once_run());
+  agreement_.length = 5;
+  EXPECT_FALSE(loop_.close_once_run());
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left);
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{0});
+}
+
+TEST_F(MemberLoopTest, AClosedSetWhoseEntriesNeverComeClosesAfterAGrace) {
+  agreement_.length = 0;
+  loop_.on_message(ControlMessage{0, encode(FailureMessage{FailureMessage::Stage::kClosed, {}, "closed", 1}), false});
+  EXPECT_TRUE(loop_.close_once_run());
+  EXPECT_FALSE(loop_.failure());
+  std::this_thread::sleep_for(kClosingGrace + milliseconds(50));
+  EXPECT_FALSE(loop_.close_once_run());
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_EQ(loop_.failure()->reason, "closed");
 }
 
 TEST_F(MemberLoopTest, AClosedVerdictIsFinalAndClean) {

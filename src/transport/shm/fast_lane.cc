@@ -64,7 +64,7 @@ FastLane::Outcome FastLane::submit(uint32_t slot) {
     const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
     std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).store(1, std::memory_order_release);
     if (mode_ == Mode::kHost) {
-      if (rank_ != 0 && wake_) wake_(0);
+      if (rank_ != 0) alert_leader();
     } else {
       (*bells_)[0].ring();
     }
@@ -80,8 +80,25 @@ FastLane::Outcome FastLane::submit(uint32_t slot) {
     return Outcome::kAppended;
   }
   completed_word(slot).fetch_or(uint64_t{1} << (slot % 64), std::memory_order_acq_rel);
-  if (rank_ != 0 && wake_) wake_(0);
+  if (rank_ != 0) alert_leader();
   return Outcome::kCompleted;
+}
+
+// A host's lane: the leader's caller, asleep waiting for an entry, looks
+// at the lane itself when rung (HostAgreement::wait_for_entry); otherwise
+// its engine thread is woken. Ordered against a caller about to sleep as
+// ring() is: one of the two sees the other.
+void FastLane::alert_leader() const {
+  if (lane_bells_[0].sleeping()) lane_bells_[0].ring();
+  else if (wake_) wake_(0);
+}
+
+bool FastLane::leader_attention() const {
+  const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
+  if (std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).load(std::memory_order_acquire) != 0) return true;
+  for (uint32_t word = 0; word < kLaneRows / 64; ++word)
+    if (completed_word(word * 64).load(std::memory_order_acquire) != 0) return true;
+  return false;
 }
 
 std::atomic_ref<uint64_t> FastLane::completed_word(uint32_t slot) const {
@@ -189,6 +206,8 @@ void FastLane::set_consumed(uint64_t next) {
 
 uint64_t FastLane::consumed() const { return member_field(rank_, field::kConsumed); }
 
+uint64_t FastLane::appended() const { return tail().load(std::memory_order_acquire); }
+
 void FastLane::watch(uint32_t who, bool on) {
   const uint64_t area = segment_->layout().member_offset(static_cast<uint32_t>(rank_));
   std::atomic_ref<uint32_t> word(*segment_->field_at<uint32_t>(area + field::kWatch));
@@ -202,12 +221,9 @@ bool FastLane::engine_attention() const {
       std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(area + field::kWatch)).load(std::memory_order_seq_cst);
   if ((watching & kEngine) && entry_waiting()) return true;
   if (rank_ != 0) return false;
+  if (mode_ == Mode::kHost) return leader_attention();
   const uint64_t offset = segment_->layout().lane_offset() + field::kLaneDrain;
-  if (std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).load(std::memory_order_acquire) != 0) return true;
-  if (mode_ == Mode::kSet) return false;
-  for (uint32_t word = 0; word < kLaneRows / 64; ++word)
-    if (completed_word(word * 64).load(std::memory_order_acquire) != 0) return true;
-  return false;
+  return std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(offset)).load(std::memory_order_acquire) != 0;
 }
 
 bool FastLane::has_room(size_t entries) const {

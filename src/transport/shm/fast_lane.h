@@ -35,7 +35,9 @@
 // (segment.h) beside its bit. `wake` wakes a member's engine thread, which
 // waits on sockets and not on a doorbell (host_doorbells.h): the leader's
 // for a row another member completed or a submission that landed in a
-// diverted row, any member's for an entry appended while it watches.
+// diverted row (unless the leader's caller sleeps on its doorbell waiting
+// for an entry: it is rung instead, and looks itself), any member's for an
+// entry appended while it watches.
 #pragma once
 
 #include <atomic>
@@ -99,12 +101,17 @@ class FastLane {
   // appending an agreed op (`carried`: its result is written).
   std::vector<uint32_t> take_completed();
   void append_slot(uint32_t slot, bool carried);
+  // Leader: whether a row completed or a submission landed in a diverted
+  // row since it last looked.
+  bool leader_attention() const;
 
   // Executor side. The entry at log position `index`, once appended.
   std::optional<Entry> entry(uint64_t index) const;
   // Publishes that this member has run the entries before `next`.
   void set_consumed(uint64_t next);
   uint64_t consumed() const;
+  // Entries appended (or being appended) so far.
+  uint64_t appended() const;
   // Sets or clears `who` in this member's watch word.
   void watch(uint32_t who, bool on);
   // A driver (a caller running the log) waits until the entry at `index`
@@ -149,6 +156,7 @@ class FastLane {
   std::atomic_ref<uint64_t> log_word(uint64_t index) const;
   std::atomic_ref<uint64_t> tail() const;
   std::atomic_ref<uint64_t> completed_word(uint32_t slot) const;
+  void alert_leader() const;
   void write_carried(uint32_t slot, uint32_t member, std::span<const uint8_t> data);
   std::vector<uint8_t> read_carried(uint32_t slot, uint32_t member) const;
   uint64_t member_field(int member, uint64_t offset) const;

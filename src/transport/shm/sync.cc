@@ -40,6 +40,11 @@ void Doorbell::ring() const noexcept {
   futex(word_, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
+bool Doorbell::sleeping() const noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return std::atomic_ref<uint32_t>(*sleepers_).load(std::memory_order_relaxed) != 0;
+}
+
 void Doorbell::sleep(uint32_t seen, Clock::duration timeout) const noexcept {
   const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
   if (nanos <= 0) return;

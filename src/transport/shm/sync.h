@@ -52,6 +52,9 @@ class Doorbell {
   Doorbell(uint32_t* word, uint32_t* sleepers) : word_(word), sleepers_(sleepers) {}
 
   void ring() const noexcept;
+  // Whether a thread sleeps on it now (or is about to look once more
+  // before it does: ring() then wakes it).
+  bool sleeping() const noexcept;
 
   // Spins for about `spin` (while no caller waits for an op, only
   // kUnwatchedSpin: util/caller_waits.h), then sleeps in rounds of at most
