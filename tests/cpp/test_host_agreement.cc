@@ -4,6 +4,7 @@
 // per-link queues that the test delivers by hand, so every interleaving
 // below is the one the test names.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include "hora/errors.h"
 #include "transport/shm/attachment.h"
 #include "transport/shm/fast_lane.h"
+#include "transport/shm/host_doorbells.h"
 #include "transport/shm/segment.h"
 
 namespace hora::control {
@@ -377,6 +379,41 @@ TEST_F(TwoHosts, MessagesFromTheWrongMemberAreRefusedByName) {
   EXPECT_THROW((*this)[0].received(2, encode(AgreementMessage{Kind::kDivertHost, 1, 1, 0, {}})), Internal);
   EXPECT_THROW((*this)[2].received(0, encode(AgreementMessage{Kind::kHanded, 1, 1, 2, {}})), Internal);
   EXPECT_THROW((*this)[2].received(0, encode(AgreementMessage{Kind::kRecord, shm::kLaneRows, 1, 0, {}})), Internal);
+}
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+// The wake-ups between a host's members: a member rung finds its socket
+// readable until it clears it; ringing a member that has not bound its
+// socket yet, or has left, does nothing (and raises no signal).
+TEST(HostDoorbells, ARungMemberFindsItsSocketReadableUntilItClearsIt) {
+  const shm::SegmentLayout layout = shm::plan_layout(2, 4096, 4096);
+  const std::string name = shm::random_segment_name();
+  shm::Segment first = shm::Segment::create(name, layout);
+  shm::Segment second = shm::Segment::open(name, 2, layout.total_bytes);
+  shm::unlink_segment(name);
+  shm::HostDoorbells zero(first, 0, 2);
+  zero.ring(1);  // member 1 has no socket yet
+  EXPECT_FALSE(readable(zero.fd()));
+  {
+    shm::HostDoorbells one(second, 1, 2);
+    EXPECT_FALSE(readable(one.fd()));
+    zero.ring(1);
+    zero.ring(1);
+    EXPECT_TRUE(readable(one.fd()));
+    one.clear();
+    EXPECT_FALSE(readable(one.fd())) << "both wake-ups were read";
+    one.ring(0);
+    EXPECT_TRUE(readable(zero.fd()));
+    zero.clear();
+    zero.ring(5);  // no such member
+    zero.ring(-1);
+  }
+  zero.ring(1);  // member 1 has left
+  EXPECT_FALSE(readable(zero.fd()));
 }
 
 }  // namespace
