@@ -123,7 +123,7 @@ bool FastLane::carries(const Segment& segment, uint32_t slot) {
 void FastLane::write_carried(uint32_t slot, uint32_t member, std::span<const uint8_t> data) {
   const uint64_t at = segment_->layout().carried_offset(slot, member);
   const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(data.size(), kCarriedBytes));
-  std::memcpy(segment_->field_at<uint8_t>(at + kLine), data.data(), bytes);
+  if (bytes > 0) std::memcpy(segment_->field_at<uint8_t>(at + kLine), data.data(), bytes);
   // Published by the submission (or append) that follows.
   std::atomic_ref<uint32_t>(*segment_->field_at<uint32_t>(at + field::kCarriedSize)).store(bytes, std::memory_order_relaxed);
 }
