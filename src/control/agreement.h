@@ -132,6 +132,11 @@ class Agreement {
   virtual std::vector<int> divert(uint32_t slot) = 0;
   // Gives `slot` back unless a submission landed in it meanwhile (false).
   virtual bool try_undivert(uint32_t slot) = 0;
+  // Before divert(): the coordinator takes `slot` back for a new reason (a
+  // mismatching request, a join, diverged members), not only to collect
+  // what landed in it since (an agreement whose slots are given back in
+  // steps takes them back again now).
+  virtual void divert_anew(uint32_t slot) { (void)slot; }
   // Whether a member submitted into a diverted slot since the last call.
   virtual bool take_drain_request() = 0;
   virtual RowState row_state(uint32_t slot) const = 0;

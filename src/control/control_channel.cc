@@ -133,10 +133,9 @@ void ControlChannel::send(int to, const std::vector<uint8_t>& bytes) {
 
 void ControlChannel::wake() { wakeup_.signal(); }
 
-bool ControlChannel::also_wake_on(int fd, std::function<void()> clear) {
+void ControlChannel::also_wake_on(int fd, std::function<void()> clear) {
   extra_wake_fd_ = fd;
   clear_extra_wake_ = std::move(clear);
-  return true;
 }
 
 std::optional<ControlPlane::Armed> ControlChannel::arm() {

@@ -62,7 +62,8 @@ class ControlChannel final : public ControlPlane {
   // receive() has something.
   bool armable() const override { return true; }
   std::optional<Armed> arm() override;
-  bool also_wake_on(int fd, std::function<void()> clear) override;
+  bool can_wake_on_descriptors() const override { return true; }
+  void also_wake_on(int fd, std::function<void()> clear) override;
 
  private:
   // One connection, to set rank `rank`.

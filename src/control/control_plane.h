@@ -74,11 +74,11 @@ class ControlPlane {
   // Before the engine starts: a descriptor that, readable, ends a
   // receive() early as wake() does (`clear` empties it), and that arm()
   // watches with the plane's own (a host's lane wakes the engine through
-  // it: transport/shm/host_doorbells.h). False where the plane cannot.
-  virtual bool also_wake_on(int fd, std::function<void()> clear) {
+  // it: transport/shm/host_doorbells.h), where can_wake_on_descriptors().
+  virtual bool can_wake_on_descriptors() const { return false; }
+  virtual void also_wake_on(int fd, std::function<void()> clear) {
     (void)fd;
     (void)clear;
-    return false;
   }
   // Engine thread: spins a moment (the plane's own measure) for something
   // receive() would return for; whether it came.

@@ -31,6 +31,7 @@ HostAgreement::HostAgreement(shm::FastLane& lane, bool lane_carries, Hosts hosts
       locals_(host_members(hosts_, rank)),
       leader_(locals_.front() == rank),
       send_(std::move(send)),
+      wake_engine_(wake_engine),
       reductions_(shm::kCarriedRows) {
   if (hosts_.size() < 2 || hosts_.front().empty() || hosts_.front().front() != 0)
     throw Internal("host agreement: " + std::to_string(hosts_.size()) + " hosts, the first without set rank 0");
@@ -129,6 +130,15 @@ void HostAgreement::wait_for_entry(uint64_t index, const std::function<bool()>& 
     if (lane_.leader_attention()) serve_host();
     return give_up();
   });
+  // Rung while the entry came in: what rang it is still this caller's.
+  if (lane_.leader_attention()) serve_host();
+}
+
+// An engine that starts watching the log looks once more: an entry the
+// leader appended just before rang nobody.
+void HostAgreement::watch(uint32_t who, bool on) {
+  lane_.watch(who, on);
+  if (on && (who & kEngine) && lane_.entry_waiting()) wake_engine_();
 }
 
 void HostAgreement::serve_host() const {
@@ -153,6 +163,7 @@ void HostAgreement::hand_over(uint32_t slot, const std::vector<int>& local_membe
     std::vector<int>& handed = handed_[slot];
     for (int local : local_members) handed.push_back(locals_[static_cast<size_t>(local)]);
     drain_request_ = true;
+    wake_engine_();  // the coordinator's engine collects them
     return;
   }
   for (int local : local_members)
@@ -204,48 +215,73 @@ void HostAgreement::took_part(uint32_t slot) {
   if (leader_ && slot < rows()) stream_->took_part(slot);
 }
 
+void HostAgreement::divert_remote_rows(uint32_t slot, Remote& remote) const {
+  remote.state = Remote::State::kDiverted;
+  remote.acks = 0;
+  send_to_leaders(AgreementMessage{Kind::kDivertHost, slot, ++remote.round, 0, {}});
+}
+
+// Called again and again while the slot stays diverted (to collect what
+// landed in it): the other hosts' rows are diverted the first time, again
+// for a new reason (divert_anew()), and again when a host's members came
+// in part (bits, not a whole host's record) while the rows were being given
+// back: the rest of those members' submissions must come to the
+// negotiator too, not wait in a row given back.
 std::vector<int> HostAgreement::divert(uint32_t slot) {
   if (rank_ != 0) throw Internal("host agreement: set rank " + std::to_string(rank_) + " diverted an op");
+  std::lock_guard<std::mutex> attending(attend_);
   std::vector<int> handed;
   for (int host : stream_->divert(slot))
     handed.insert(handed.end(), hosts_[static_cast<size_t>(host)].begin(), hosts_[static_cast<size_t>(host)].end());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    diverted_rows_.insert(slot);
+  }
   const std::vector<int> bits = lane_.divert(slot);
   std::lock_guard<std::mutex> lock(mutex_);
-  diverted_rows_.insert(slot);
+  bool in_part = !bits.empty();
   for (int local : bits) handed.push_back(locals_[static_cast<size_t>(local)]);
   auto held = handed_.find(slot);
   if (held != handed_.end()) {
+    in_part |= !held->second.empty();
     handed.insert(handed.end(), held->second.begin(), held->second.end());
     handed_.erase(held);
   }
-  Remote& remote = remote_[slot];
-  if (remote.state != Remote::State::kDiverted) {
-    remote.state = Remote::State::kDiverted;
-    remote.acks = 0;
-    send_to_leaders(AgreementMessage{Kind::kDivertHost, slot, ++remote.round, 0, {}});
-  }
+  auto remote = remote_.find(slot);
+  if (remote == remote_.end()) divert_remote_rows(slot, remote_[slot]);
+  else if (in_part && remote->second.state != Remote::State::kDiverted) divert_remote_rows(slot, remote->second);
   std::sort(handed.begin(), handed.end());
   handed.erase(std::unique(handed.begin(), handed.end()), handed.end());
   return handed;
 }
 
+void HostAgreement::divert_anew(uint32_t slot) {
+  if (rank_ != 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = remote_.find(slot);
+  if (it != remote_.end() && it->second.state != Remote::State::kDiverted) divert_remote_rows(slot, it->second);
+}
+
+// In steps: the other hosts' leaders are asked to give their rows back
+// (false until every one has acknowledged), then this host's row and the
+// stream's own are given back.
 bool HostAgreement::try_undivert(uint32_t slot) {
   if (rank_ != 0) throw Internal("host agreement: set rank " + std::to_string(rank_) + " gave an op back");
+  std::lock_guard<std::mutex> attending(attend_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (handed_.count(slot) != 0) return false;
-    Remote& remote = remote_[slot];
-    if (remote.state == Remote::State::kDiverted) {
-      remote.state = Remote::State::kQuerying;
-      remote.acks = 0;
-      send_to_leaders(AgreementMessage{Kind::kUndivertQuery, slot, ++remote.round, 0, {}});
+    auto it = remote_.find(slot);
+    if (it != remote_.end() && it->second.state == Remote::State::kDiverted) {
+      it->second.state = Remote::State::kQuerying;
+      it->second.acks = 0;
+      send_to_leaders(AgreementMessage{Kind::kUndivertQuery, slot, ++it->second.round, 0, {}});
       return false;
     }
-    if (remote.state == Remote::State::kQuerying) return false;
+    if (it != remote_.end() && it->second.state == Remote::State::kQuerying) return false;
   }
-  // Every other host's row is given back; this host's and the stream's
-  // own follow (a submission into a row given back reaches a diverted
-  // slot here as a record, which the stream hands over).
+  // A submission into a row given back reaches this diverted slot as a
+  // host's record, which the stream hands over.
   if (!lane_.try_undivert(slot)) return false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -273,9 +309,8 @@ Agreement::RowState HostAgreement::row_state(uint32_t slot) const {
     const RowState hosts = stream_->row_state(slot);
     state.completions = hosts.completions;
     for (int host : hosts.submitted)
-      if (host != host_)
-        state.submitted.insert(state.submitted.end(), hosts_[static_cast<size_t>(host)].begin(),
-                               hosts_[static_cast<size_t>(host)].end());
+      state.submitted.insert(state.submitted.end(), hosts_[static_cast<size_t>(host)].begin(),
+                             hosts_[static_cast<size_t>(host)].end());
   } else {
     state.completions = local.completions;
   }
@@ -328,10 +363,9 @@ void HostAgreement::on_leader_message(int host, const AgreementMessage& message,
       auto it = remote_.find(message.slot);
       if (it == remote_.end() || it->second.state != Remote::State::kQuerying || it->second.round != message.instance)
         return;  // an answer to a query since overtaken by a diversion
-      if (++it->second.acks == static_cast<int>(hosts_.size()) - 1) {
-        it->second.state = Remote::State::kGivenBack;
-        drain_request_ = true;  // the coordinator looks at the slot again
-      }
+      // Given back: the slot returns to the agreement at the coordinator's
+      // next try_undivert() (after its next negotiated instance).
+      if (++it->second.acks == static_cast<int>(hosts_.size()) - 1) it->second.state = Remote::State::kGivenBack;
       return;
     }
     case Kind::kDrain:

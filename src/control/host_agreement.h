@@ -75,7 +75,7 @@ class HostAgreement final : public Agreement {
   void set_consumed(uint64_t next) override { lane_.set_consumed(next); }
   uint64_t log_length() const override { return lane_.appended(); }
   bool entry_waiting() const override { return lane_.entry_waiting(); }
-  void watch(uint32_t who, bool on) override { lane_.watch(who, on); }
+  void watch(uint32_t who, bool on) override;
   void wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const override;
   void wake_drivers() const override { lane_.wake_drivers(); }
 
@@ -85,6 +85,7 @@ class HostAgreement final : public Agreement {
   void append_response() override;
   std::vector<int> divert(uint32_t slot) override;
   bool try_undivert(uint32_t slot) override;
+  void divert_anew(uint32_t slot) override;
   bool take_drain_request() override;
   RowState row_state(uint32_t slot) const override;
 
@@ -96,12 +97,14 @@ class HostAgreement final : public Agreement {
   bool leader() const { return leader_; }
 
  private:
-  // The coordinator's view of the other hosts' rows of one slot.
+  // The coordinator's view of the other hosts' rows of a diverted slot:
+  // diverted, being given back (asked, acks counted), given back.
   struct Remote {
-    enum class State { kGivenBack, kDiverted, kQuerying } state = State::kGivenBack;
+    enum class State { kDiverted, kQuerying, kGivenBack } state = State::kDiverted;
     uint32_t round = 0;
     int acks = 0;
   };
+  void divert_remote_rows(uint32_t slot, Remote& remote) const;
 
   int host_of(int rank) const;
   int leader_of(int host) const { return hosts_[static_cast<size_t>(host)].front(); }
@@ -126,6 +129,7 @@ class HostAgreement final : public Agreement {
   const std::vector<int>& locals_;  // set ranks of this host
   const bool leader_;
   const Send send_;
+  const std::function<void()> wake_engine_;
   // How each slot's carried op reduces, as the leader submitted it (its
   // submission comes before its host's row can complete).
   std::vector<Reduction> reductions_;
@@ -139,7 +143,7 @@ class HostAgreement final : public Agreement {
   mutable std::mutex mutex_;
   // Guarded by mutex_.
   std::set<uint32_t> diverted_rows_;        // this host's rows diverted
-  std::map<uint32_t, Remote> remote_;       // coordinator
+  mutable std::map<uint32_t, Remote> remote_;  // coordinator: diverted slots
   mutable std::map<uint32_t, std::vector<int>> handed_;  // coordinator: set ranks to negotiate
   mutable bool drain_request_ = false;      // coordinator
 };

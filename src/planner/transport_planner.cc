@@ -296,8 +296,8 @@ void TransportPlanner::add_host_agreement(SetTransports& transports, const hiera
     parts->lane = std::make_unique<shm::FastLane>(segment->segment, segment->rank, segment->size(), segment->bells,
                                                   segment->seats, segment->tuning.spin, shm::FastLane::Mode::kHost,
                                                   [bells](int member) { bells->ring(member); });
-    if (!transports.control->also_wake_on(bells->fd(), [bells] { bells->clear(); })) return;
   }
+  if (!transports.control->can_wake_on_descriptors()) return;
   const int host = layout.host_of.at(static_cast<size_t>(rank));
   if (layout.is_leader(rank)) store.post("hierarchical/host_lane." + std::to_string(host), {segment ? uint8_t{1} : uint8_t{0}});
   std::vector<std::string> keys;
@@ -308,6 +308,8 @@ void TransportPlanner::add_host_agreement(SetTransports& transports, const hiera
     if (get_unless_cancelled(store, key, timeout, cancelled, kCancelPoll, what) != std::vector<uint8_t>{1}) return;
   if (!segment)
     throw Internal("host " + std::to_string(host) + "'s leader has its host's segment and this member has not");
+  shm::HostDoorbells* bells = parts->bells.get();
+  transports.control->also_wake_on(bells->fd(), [bells] { bells->clear(); });
   bool carries = true;
   for (const std::vector<int>& members : layout.hosts) carries &= members.size() <= shm::kMaxCarryingRanks;
   ControlPlane* control = transports.control.get();

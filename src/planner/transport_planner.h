@@ -44,10 +44,12 @@ struct SetTransports {
   // negotiated (HORA_AGREEMENT=negotiated).
   bool stream_agreement = true;
   std::chrono::nanoseconds agreement_spin{std::chrono::microseconds(100)};
-  // An agreement the planner made for the set, and what it points into: a
-  // host agreement (control/host_agreement.h) where every host's members
-  // share a segment; else null, and SetLinks chooses from the above.
+  // An agreement the planner made for the set: a host agreement
+  // (control/host_agreement.h) where every host's members share a segment;
+  // else null, and SetLinks chooses from the above.
   std::unique_ptr<control::Agreement> agreement;
+  // What `agreement` and `control` point into (a host's lane and its
+  // wake-up sockets); SetLinks keeps it until both are gone.
   std::shared_ptr<void> agreement_parts;
 };
 

@@ -43,7 +43,7 @@ void CoordinatorLoop::on_message(const ControlMessage& message, Clock::time_poin
   if (message.closed) {
     closed_[message.from] = true;
     if (failure_ && failure_->left) return;  // it said goodbye first
-    if (closing_.active() && closing_member_ == message.from) return;
+    if (said_goodbye_.count(message.from)) return;  // its goodbye waits for the log
     const std::string at = message.address.empty() ? "" : " (at " + message.address + ")";
     const std::string reason = message.unreachable.empty()
                                    ? "the control connection to " + who + at +
@@ -88,13 +88,17 @@ bool CoordinatorLoop::close_once_run() {
 void CoordinatorLoop::on_failure_message(int from, const FailureMessage& message, Clock::time_point now) {
   const std::string who = "global rank " + std::to_string(options_.global_ranks[from]);
   if (message.stage == FailureMessage::Stage::kGoodbye) {
-    if (failure_ || closing_.active()) return;
+    said_goodbye_.insert(from);
+    if (failure_) return;
+    if (closing_.active()) {
+      closing_.also(from, message.ran);  // several members leaving at once
+      return;
+    }
     SetFailure left{options_.goodbye_reason(from), {from}, false, false};
     left.left = true;
     left.ran = message.ran;
     if (agreement_.log_length() < message.ran) {
       closing_.start(std::move(left));
-      closing_member_ = from;
       return;
     }
     failure_ = std::move(left);
@@ -174,7 +178,10 @@ void CoordinatorLoop::divert(uint32_t slot, Clock::time_point now) {
 
 void CoordinatorLoop::divert_all(Clock::time_point now) {
   const size_t rows = agreed_rows();
-  for (uint32_t slot = 0; slot < rows; ++slot) divert(slot, now);
+  for (uint32_t slot = 0; slot < rows; ++slot) {
+    agreement_.divert_anew(slot);
+    divert(slot, now);
+  }
 }
 
 // Before the coordinator negotiates a full request: a join takes every slot
@@ -188,7 +195,9 @@ void CoordinatorLoop::divert_for(const Request& request, Clock::time_point now) 
     return;
   }
   const int32_t slot = negotiator_.cache().slot_of(request.name);
-  if (slot >= 0 && static_cast<size_t>(slot) < agreement_.rows()) divert(static_cast<uint32_t>(slot), now);
+  if (slot < 0 || static_cast<size_t>(slot) >= agreement_.rows()) return;
+  agreement_.divert_anew(static_cast<uint32_t>(slot));
+  divert(static_cast<uint32_t>(slot), now);
 }
 
 // A diverted slot returns to the agreement once no submission of its op is
@@ -240,7 +249,10 @@ void CoordinatorLoop::inspect(Clock::time_point now, milliseconds head_start) {
 void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) {
   std::vector<uint32_t> held;
   for (const auto& [slot, wait] : waits_) held.push_back(slot);
-  for (uint32_t slot : held) divert(slot, now);
+  for (uint32_t slot : held) {
+    agreement_.divert_anew(slot);
+    divert(slot, now);
+  }
   for (Response& response : negotiator_.abandon(reason)) {
     for (const std::string& name : response.names) inspector_.finished(name);
     undispatched_.push_back(std::move(response));

@@ -90,7 +90,7 @@ class CoordinatorLoop {
   StallInspector inspector_;
   std::optional<SetFailure> failure_;
   PendingClose closing_;  // a goodbye waiting for the log (close_once_run)
-  int closing_member_ = -1;
+  std::set<int> said_goodbye_;  // members that left cleanly (their closures are expected)
   std::vector<bool> closed_;    // members whose control connection closed
   std::vector<bool> reported_;  // members that reported a failure
   std::deque<Response> undispatched_;  // agreed, waiting for room in the log

@@ -29,6 +29,12 @@ void PendingClose::start(SetFailure left) {
 
 bool PendingClose::active() const { return left_.has_value(); }
 
+void PendingClose::also(int member, uint64_t ran) {
+  if (!left_) return;
+  left_->gone.push_back(member);
+  left_->ran = std::max(left_->ran, ran);
+}
+
 bool PendingClose::settle(uint64_t log_length, std::optional<SetFailure>& failure) {
   if (!left_) return false;
   if (log_length < left_->ran && Clock::now() - since_ < kClosingGrace) return true;

@@ -56,6 +56,8 @@ class PendingClose {
   // `left` closes the set once the log is `left.ran` long.
   void start(SetFailure left);
   bool active() const;
+  // Another member (set rank) left too, having run `ran` entries.
+  void also(int member, uint64_t ran);
   // Sets `failure` to the leave (unless set already) once the log is long
   // enough or kClosingGrace has passed; whether it still waits.
   bool settle(uint64_t log_length, std::optional<SetFailure>& failure);

@@ -60,8 +60,8 @@ class SetLinks {
   // Declared so that the agreement (which may point into the shared
   // segment) goes first, then the control plane, then the data plane.
   std::unique_ptr<Backend> backend_;
+  std::shared_ptr<void> agreement_parts_;  // what the planner's agreement (and the control plane) point into
   std::unique_ptr<ControlPlane> control_;
-  std::shared_ptr<void> agreement_parts_;  // what the planner's agreement points into
   std::unique_ptr<control::Agreement> agreement_;
   bool fast_lane_ = false;
 };

@@ -125,6 +125,22 @@ TEST_F(CoordinatorLoopTest, AGoodbyeAfterEntriesThisLogLacksClosesOnceTheyArrive
   EXPECT_EQ(loop_.failure()->gone, std::vector<int>{2});
 }
 
+TEST_F(CoordinatorLoopTest, MembersLeavingTogetherCloseTheSetWhileTheLogCatchesUp) {
+  agreement_.length = 3;
+  loop_.on_message(ControlMessage{2, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, "", 5}), false}, now_);
+  loop_.on_message(ControlMessage{1, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, "", 6}), false}, now_);
+  loop_.on_message(ControlMessage{1, {}, true}, now_);
+  loop_.on_message(ControlMessage{2, {}, true}, now_);
+  EXPECT_FALSE(loop_.failure()) << "both closures are expected";
+  agreement_.length = 5;
+  EXPECT_TRUE(loop_.close_once_run()) << "member 1 ran 6 entries";
+  agreement_.length = 6;
+  EXPECT_FALSE(loop_.close_once_run());
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_TRUE(loop_.failure()->left);
+  EXPECT_EQ(loop_.failure()->gone, (std::vector<int>{2, 1}));
+}
+
 TEST_F(CoordinatorLoopTest, AMemberThatSaysGoodbyeClosesTheSetNamingIt) {
   loop_.on_message(ControlMessage{2, encode(FailureMessage{FailureMessage::Stage::kGoodbye, {}, ""}), false}, now_);
   ASSERT_TRUE(loop_.failure());

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "hora/errors.h"
@@ -13,10 +14,14 @@
 namespace hora::shm {
 namespace {
 
-sockaddr_un address_of(const std::string& path) {
+// An address in the abstract namespace (a leading NUL): no file, gone
+// with its socket.
+sockaddr_un address_of(const std::string& name, socklen_t& length) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.data(), std::min(path.size(), sizeof(address.sun_path) - 1));
+  const size_t bytes = std::min(name.size(), sizeof(address.sun_path) - 1);
+  std::memcpy(address.sun_path + 1, name.data(), bytes);
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + bytes);
   return address;
 }
 
@@ -29,13 +34,14 @@ std::atomic_ref<uint32_t> path_size(const Segment& segment, int member) {
 
 HostDoorbells::HostDoorbells(const Segment& segment, int rank, int size)
     : segment_(&segment), rank_(rank), peers_(static_cast<size_t>(size), -1) {
-  path_ = std::string("/dev/shm") + random_segment_name() + ".bell";
+  path_ = random_segment_name() + ".bell";
   if (path_.size() >= field::kBellPathBytes)
     throw Internal("shared memory: a wake-up socket's path is too long: " + path_);
   fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw Internal(std::string("shared memory: a wake-up socket: ") + std::strerror(errno));
-  const sockaddr_un address = address_of(path_);
-  if (bind(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+  socklen_t length = 0;
+  const sockaddr_un address = address_of(path_, length);
+  if (bind(fd_, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
     const int error = errno;
     ::close(fd_);
     throw Internal("shared memory: binding a wake-up socket at " + path_ + ": " + std::strerror(error));
@@ -50,7 +56,6 @@ HostDoorbells::~HostDoorbells() {
   for (int peer : peers_)
     if (peer >= 0) ::close(peer);
   ::close(fd_);
-  ::unlink(path_.c_str());
 }
 
 void HostDoorbells::clear() noexcept {
@@ -70,8 +75,9 @@ void HostDoorbells::ring(int member) noexcept {
     const std::string path(segment_->field_at<char>(area + field::kBellPath), size);
     const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return;
-    const sockaddr_un address = address_of(path);
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    socklen_t length = 0;
+    const sockaddr_un address = address_of(path, length);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
       ::close(fd);
       return;
     }

@@ -17,7 +17,7 @@ namespace hora::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6d68732d61726f68;  // "hora-shm", little-endian
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr uint64_t kPage = 4096;
 #ifdef MADV_POPULATE_WRITE
 constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
