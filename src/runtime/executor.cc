@@ -159,7 +159,7 @@ bool Executor::run_entry(const Agreement::Entry& entry, bool engine) {
     return true;
   }
   agreement().set_consumed(++next_entry_);
-    entries_run_.store(next_entry_, std::memory_order_relaxed);
+  entries_run_.store(next_entry_, std::memory_order_relaxed);
   run_cached(entry);
   return true;
 }
