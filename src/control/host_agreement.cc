@@ -143,15 +143,20 @@ void HostAgreement::watch(uint32_t who, bool on) {
 
 void HostAgreement::serve_host() const {
   if (!leader_) return;
-  std::lock_guard<std::mutex> attending(attend_);
+  // The rows the host completed go out as its records (each taken once:
+  // the lane's marks are exchanged), outside attend_: the coordinator's
+  // diversions take attend_ while the engine holds the stream's lock.
   for (uint32_t slot : lane_.take_completed()) stream_->submit_counted(slot, host_sum(slot));
-  if (lane_.take_drain_request()) {
-    std::vector<uint32_t> diverted;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      diverted.assign(diverted_rows_.begin(), diverted_rows_.end());
+  {
+    std::lock_guard<std::mutex> attending(attend_);
+    if (lane_.take_drain_request()) {
+      std::vector<uint32_t> diverted;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        diverted.assign(diverted_rows_.begin(), diverted_rows_.end());
+      }
+      for (uint32_t slot : diverted) hand_over(slot, lane_.divert(slot), 1);
     }
-    for (uint32_t slot : diverted) hand_over(slot, lane_.divert(slot), 1);
   }
   pump();
 }
@@ -229,6 +234,14 @@ void HostAgreement::divert_remote_rows(uint32_t slot, Remote& remote) const {
 // negotiator too, not wait in a row given back.
 std::vector<int> HostAgreement::divert(uint32_t slot) {
   if (rank_ != 0) throw Internal("host agreement: set rank " + std::to_string(rank_) + " diverted an op");
+  std::vector<int> handed;
+  // The stream's lock first (the engine may hold it already, publishing
+  // responses), then attend_.
+  stream_->in_order([&] { handed = divert_locked(slot); });
+  return handed;
+}
+
+std::vector<int> HostAgreement::divert_locked(uint32_t slot) {
   std::lock_guard<std::mutex> attending(attend_);
   std::vector<int> handed;
   for (int host : stream_->divert(slot))

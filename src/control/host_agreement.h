@@ -105,6 +105,7 @@ class HostAgreement final : public Agreement {
     int acks = 0;
   };
   void divert_remote_rows(uint32_t slot, Remote& remote) const;
+  std::vector<int> divert_locked(uint32_t slot);
 
   int host_of(int rank) const;
   int leader_of(int host) const { return hosts_[static_cast<size_t>(host)].front(); }
@@ -135,8 +136,10 @@ class HostAgreement final : public Agreement {
   std::vector<Reduction> reductions_;
   std::unique_ptr<StreamAgreement> stream_;  // the leaders' agreement; leaders only
 
-  // One thread at a time takes the lane's rows and feeds the stream (the
-  // engine thread, or a caller of the leader's that waits for an entry).
+  // Held while this host's rows are diverted, given back, or emptied of
+  // what landed in them (by the engine thread, or a caller of the leader's
+  // that waits for an entry); taken after the stream's lock where both are
+  // (divert()), and no stream lock is taken under it otherwise.
   mutable std::mutex attend_;
   mutable std::mutex pump_;    // held while appending to the lane (which may wait for room)
   mutable uint64_t pumped_ = 0;  // stream entries appended to the lane; guarded by pump_
