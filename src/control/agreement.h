@@ -65,10 +65,13 @@ class Agreement {
     kDiverted,  // the coordinator negotiates this op (it has been told)
   };
   // Who has submitted the op in a slot, and how often it completed (stall
-  // reports); a diverted slot reports nobody.
+  // reports); a diverted slot reports nobody. `unseen`: members may have
+  // submitted where the coordinator cannot see them (another host's row),
+  // so that `submitted` may lack some; diverting the slot brings them in.
   struct RowState {
     std::vector<int> submitted;
     uint32_t completions = 0;
+    bool unseen = false;
   };
 
   virtual ~Agreement() = default;

@@ -324,6 +324,11 @@ Agreement::RowState HostAgreement::row_state(uint32_t slot) const {
     for (int host : hosts.submitted)
       state.submitted.insert(state.submitted.end(), hosts_[static_cast<size_t>(host)].begin(),
                              hosts_[static_cast<size_t>(host)].end());
+    // Another host without its record may hold some of its members' bits.
+    for (size_t host = 0; host < hosts_.size(); ++host)
+      if (static_cast<int>(host) != host_ &&
+          std::find(hosts.submitted.begin(), hosts.submitted.end(), static_cast<int>(host)) == hosts.submitted.end())
+        state.unseen = true;
   } else {
     state.completions = local.completions;
   }

@@ -261,6 +261,10 @@ void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) 
 
 // Ops some members submitted through the agreement and others not yet:
 // their stall clocks run from when an inspection first saw them waiting.
+// One that the agreement holds partly out of sight (other hosts' rows) and
+// that a second inspection finds still waiting is taken back, so that the
+// negotiator learns every submitter and a stall report names only the
+// members that are missing.
 void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
   const size_t rows = agreed_rows();
   for (uint32_t slot = 0; slot < rows; ++slot) {
@@ -274,6 +278,10 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
       it = waits_.end();
     }
     if (!waiting) continue;
+    if (it != waits_.end() && state.unseen) {
+      divert(slot, now);  // its stall clock goes on under the negotiator
+      continue;
+    }
     if (it == waits_.end()) inspector_.submitted(name, now);
     waits_[slot] = AgreementWait{state.completions, std::move(state.submitted)};
   }

@@ -88,7 +88,7 @@ class FakeAgreement final : public control::Agreement {
   RowState row_state(uint32_t slot) const override {
     auto it = held.find(slot);
     if (it == held.end() || diverted.count(slot)) return {};
-    return RowState{it->second, completions};
+    return RowState{it->second, completions, unseen};
   }
 
   std::vector<Entry> log;
@@ -100,6 +100,7 @@ class FakeAgreement final : public control::Agreement {
   std::map<uint32_t, int> divert_calls;
   bool drain = false;
   uint32_t completions = 0;
+  bool unseen = false;  // row_state(): members may hold bits out of the coordinator's sight
   uint64_t length = UINT64_MAX;  // log_length()
 
  private:

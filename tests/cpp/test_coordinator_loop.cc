@@ -283,5 +283,36 @@ TEST_F(CoordinatorLoopWithLane, AnOpWaitingInTheAgreementIsTimedAndItsAbsentMemb
   EXPECT_TRUE(contains(loop_.failure()->reason, "x")) << loop_.failure()->reason;
 }
 
+// Through the hosts' leaders the coordinator sees its own host's bits and
+// whole hosts' records, not the bits in another host's row. An op still
+// waiting at a second inspection is taken back, so that the bits held out
+// of sight come to the negotiator and a failure names only the member
+// that never submitted.
+TEST_F(CoordinatorLoopWithLane, AnOpHeldPartlyOutOfSightIsTakenBackAndOnlyItsAbsentMemberNamed) {
+  everyone_submits(allreduce("x"));
+  agreement_.held[0] = {0};  // set rank 0's bit; set rank 2's is in another host's row
+  agreement_.unseen = true;
+  loop_.inspect(now_);
+  EXPECT_TRUE(agreement_.diverted.empty()) << "taken back at the first sight";
+  loop_.inspect(now_ + milliseconds{300});
+  ASSERT_EQ(agreement_.diverted, std::set<uint32_t>{0}) << "still waiting at the second inspection";
+  agreement_.held[0] = {2};  // the other host's leader handed set rank 2 over
+  agreement_.drain = true;
+  EXPECT_TRUE(commit(loop_.dispatch(now_ + milliseconds{300})).responses.empty());
+  loop_.inspect(now_ + milliseconds{1100});
+  ASSERT_TRUE(loop_.failure());
+  EXPECT_EQ(loop_.failure()->gone, std::vector<int>{1}) << loop_.failure()->reason;
+}
+
+TEST_F(CoordinatorLoopWithLane, AnOpTheAgreementHoldsInSightStaysWithItWhileItWaits) {
+  everyone_submits(allreduce("x"));
+  agreement_.held[0] = {0, 2};
+  loop_.inspect(now_);
+  loop_.inspect(now_ + milliseconds{300});
+  loop_.inspect(now_ + milliseconds{600});
+  EXPECT_TRUE(agreement_.diverted.empty());
+  EXPECT_EQ(agreement_.divert_calls[0], 0);
+}
+
 }  // namespace
 }  // namespace hora

@@ -314,11 +314,12 @@ TEST(HierarchicalProcesses, KilledMemberFailsAPipelinedAllreduceOnEveryHost) {
 }
 
 // A rank's Runtime on kInterleaved hosts over the directory store at `dir`.
-Runtime interleaved_runtime(const std::string& dir, int rank, const std::vector<std::vector<int>>& sets) {
+Runtime interleaved_runtime(const std::string& dir, int rank, const std::vector<std::vector<int>>& sets,
+                            milliseconds op_timeout = milliseconds(60'000)) {
   RuntimeConfig config;
   config.rank = rank;
   config.size = kRanks;
-  config.timeout = milliseconds(60'000);
+  config.timeout = op_timeout;
   config.start_timeout = milliseconds(60'000);
   return Runtime(config, std::make_shared<test_support::DirectoryStore>(dir), factory_for(kInterleaved, rank), sets);
 }
@@ -464,6 +465,44 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
     }
   }, milliseconds(60'000));
   expect_all_ok(outcomes);
+}
+
+// Rank 3 (on the host without the coordinator, whose leader is rank 1)
+// stops submitting a repeated op that the others go on with: rank 1's bit
+// waits in its host's row, out of the coordinator's sight, until the
+// coordinator takes the op back; the op then fails at the op timeout on
+// every member that submitted it, naming rank 3 alone.
+TEST(HierarchicalProcesses, AnOpAMemberNeverSubmitsFailsNamingOnlyThatMember) {
+  test_support::TemporaryDirectory dir;
+  SharedClock* clock = SharedClock::make();
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {}, milliseconds(1500));
+    std::vector<float> v(4);
+    OpArgs args;
+    args.input = TensorView{v.data(), DataType::kFloat32, {4}};
+    args.output = args.input;
+    args.name = "grad";
+    for (int step = 0; step < 5; ++step) {
+      std::fill(v.begin(), v.end(), 1.0f);
+      runtime.enqueue(0, args)->wait();
+      require(v[0] == kRanks, "wrong sum: " + std::to_string(v[0]));
+    }
+    if (rank == 3) {
+      const auto give_up = Clock::now() + milliseconds(30'000);
+      while (clock->running.load() < kRanks - 1 && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(5));
+      return;
+    }
+    try {
+      runtime.enqueue(0, args)->wait();
+      clock->running.fetch_add(1);
+      require(false, "an op that rank 3 never submitted succeeded");
+    } catch (const std::exception& e) {
+      clock->running.fetch_add(1);
+      require(std::string(e.what()).find("missing global rank(s) [3]") != std::string::npos, e.what());
+    }
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+  clock->release();
 }
 
 // Rank 1 gives the set up while the others wait in an allreduce that needs
