@@ -295,7 +295,8 @@ void TransportPlanner::add_host_agreement(SetTransports& transports, const hiera
     shm::HostDoorbells* bells = parts->bells.get();
     parts->lane = std::make_unique<shm::FastLane>(segment->segment, segment->rank, segment->size(), segment->bells,
                                                   segment->seats, segment->tuning.spin, shm::FastLane::Mode::kHost,
-                                                  [bells](int member) { bells->ring(member); });
+                                                  [bells](int member) { bells->ring(member); },
+                                                  segment->tuning.yield_look);
   }
   if (!transports.control->can_wake_on_descriptors()) return;
   const int host = layout.host_of.at(static_cast<size_t>(rank));

@@ -602,13 +602,17 @@ TEST(HierarchicalChoice, OneMemberWithSharedMemoryOffKeepsTheSetFlat) {
 // agreement's.
 struct Spins {
   std::chrono::nanoseconds local{0}, agreement{0};
+  std::chrono::nanoseconds look{0};  // a caller's look at its host's log, yielding between looks
 };
 
 Spins spins_of(const SetTransports& set) {
   Spins spins;
   const Backend* local = set.backend.get();
   if (hierarchical::is_hierarchical_backend(*local)) local = static_cast<const HierarchicalBackend&>(*local).local_part();
-  if (local && shm::is_shm_backend(*local)) spins.local = static_cast<const shm::ShmBackend&>(*local).tuning().spin;
+  if (local && shm::is_shm_backend(*local)) {
+    spins.local = static_cast<const shm::ShmBackend&>(*local).tuning().spin;
+    spins.look = static_cast<const shm::ShmBackend&>(*local).tuning().yield_look;
+  }
   spins.agreement = set.agreement_spin;
   return spins;
 }
@@ -627,7 +631,8 @@ std::vector<Spins> spins_chosen(const Hosts& hosts, const std::vector<bool>& shm
 // a host's shared memory spin only briefly as well, though no host has
 // more members than cores (a spinning member would hold a core that a rank
 // of the other host needs), and so does the agreement of a set whose own
-// members do not outnumber the cores.
+// members do not outnumber the cores; a caller waiting for its host's log
+// looks for it a while, yielding its core between looks, before it sleeps.
 TEST(HierarchicalChoice, WaitsSpinBrieflyWhereTheMachinesRanksOutnumberItsCores) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 2)
@@ -658,11 +663,15 @@ TEST(HierarchicalChoice, WaitsSpinBrieflyWhereTheMachinesRanksOutnumberItsCores)
   for (const Spins& spin : spins) {
     EXPECT_EQ(spin.local, std::chrono::microseconds(2));
     EXPECT_EQ(spin.agreement, kUnwatchedSpin);
+    EXPECT_EQ(spin.look, std::chrono::microseconds(200)) << "a caller waiting for its host's log sleeps at once";
   }
   for (const Spins& spin : pair_spins) EXPECT_EQ(spin.agreement, kUnwatchedSpin);
-  // The machine's ranks within its cores: the waits spin long.
-  for (const Spins& spin : spins_chosen({"host-a", "host-a"}, {true, true}))
+  // The machine's ranks within its cores: the waits spin long, and look
+  // without yielding.
+  for (const Spins& spin : spins_chosen({"host-a", "host-a"}, {true, true})) {
     EXPECT_GT(spin.local, std::chrono::microseconds(2));
+    EXPECT_EQ(spin.look, std::chrono::nanoseconds(0));
+  }
 }
 
 // A member with shared memory off still names its machine: every set is

@@ -9,8 +9,11 @@
 
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "transport/shm/fast_lane.h"
 #include "transport/shm/host_doorbells.h"
 #include "transport/shm/segment.h"
+#include "util/caller_waits.h"
 
 namespace hora::control {
 namespace {
@@ -68,29 +72,45 @@ class TwoHosts : public ::testing::Test {
       const int leader = rank - rank % 2;
       lanes_.push_back(std::make_unique<FastLane>(*segments_[rank], rank % 2, 2, *bells_[rank], *seats_[rank],
                                                   std::chrono::microseconds(1), FastLane::Mode::kHost,
-                                                  [this, leader](int member) { ++rings_[leader + member]; }));
+                                                  [this, leader](int member) { ++rings_[leader + member]; },
+                                                  yield_look_));
     }
     for (int rank = 0; rank < kRanks; ++rank)
       members_.push_back(std::make_unique<HostAgreement>(
           *lanes_[rank], layout.carries(), kHosts, rank,
-          [this, rank](int to, const std::vector<uint8_t>& bytes) { links_[rank][to].push_back(bytes); }, [] {},
+          [this, rank](int to, const std::vector<uint8_t>& bytes) {
+            std::lock_guard<std::mutex> lock(links_mutex_);
+            links_[rank][to].push_back(bytes);
+          },
+          [] {},
           std::chrono::microseconds(1)));
   }
 
   HostAgreement& operator[](int rank) { return *members_[rank]; }
-  size_t waiting(int from, int to) const { return links_[from][to].size(); }
+  size_t waiting(int from, int to) const {
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    return links_[from][to].size();
+  }
   size_t sent_by(int from) const {
+    std::lock_guard<std::mutex> lock(links_mutex_);
     size_t n = 0;
     for (int to = 0; to < kRanks; ++to) n += links_[from][to].size();
     return n;
   }
-  AgreementMessage next(int from, int to) const { return decode_agreement_message(links_[from][to].front()); }
+  AgreementMessage next(int from, int to) const {
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    return decode_agreement_message(links_[from][to].front());
+  }
   // Delivers the oldest message from `from` to `to` (an empty one is a
   // response: the member's engine learns of it from the control plane).
   void deliver(int from, int to) {
-    ASSERT_FALSE(links_[from][to].empty()) << from << " -> " << to;
-    std::vector<uint8_t> bytes = std::move(links_[from][to].front());
-    links_[from][to].pop_front();
+    std::vector<uint8_t> bytes;
+    {
+      std::lock_guard<std::mutex> lock(links_mutex_);
+      ASSERT_FALSE(links_[from][to].empty()) << from << " -> " << to;
+      bytes = std::move(links_[from][to].front());
+      links_[from][to].pop_front();
+    }
     if (bytes.empty()) members_[to]->response_received();
     else members_[to]->received(from, bytes);
   }
@@ -103,7 +123,7 @@ class TwoHosts : public ::testing::Test {
       members_[2]->attend();
       for (int from = 0; from < kRanks; ++from)
         for (int to = 0; to < kRanks; ++to)
-          while (!links_[from][to].empty()) {
+          while (waiting(from, to) != 0) {
             deliver(from, to);
             any = true;
           }
@@ -113,6 +133,7 @@ class TwoHosts : public ::testing::Test {
   // in its stream, and its entry into the log.
   void respond() {
     members_[0]->in_order([&] {
+      std::lock_guard<std::mutex> lock(links_mutex_);
       for (int to = 1; to < kRanks; ++to) links_[0][to].push_back({});
       members_[0]->append_response();
     });
@@ -127,10 +148,12 @@ class TwoHosts : public ::testing::Test {
   std::vector<int> divert(uint32_t slot) { return members_[0]->divert(slot); }
 
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // by set rank: its view of its host's segment
+  std::chrono::nanoseconds yield_look_{};  // the lanes' (set before SetUp)
   std::vector<std::unique_ptr<std::vector<shm::Doorbell>>> bells_;
   std::vector<std::unique_ptr<shm::Seats>> seats_;
   std::vector<std::unique_ptr<FastLane>> lanes_;
   std::vector<std::unique_ptr<HostAgreement>> members_;
+  mutable std::mutex links_mutex_;  // a test's own thread may send (a leader's waiting caller)
   std::deque<std::vector<uint8_t>> links_[kRanks][kRanks];
   int rings_[kRanks] = {};
 };
@@ -424,6 +447,74 @@ bool readable(int fd) {
 // The wake-ups between a host's members: a member rung finds its socket
 // readable until it clears it; ringing a member that has not bound its
 // socket yet, or has left, does nothing (and raises no signal).
+// Where the machine's ranks outnumber its cores, the leader's caller that
+// waits for an entry looks, yielding between looks (ShmTuning::yield_look):
+// the member completing its host's row rings the caller's bell instead of
+// waking the leader's engine, and the caller sends its host's record itself.
+// A thread's scheduler state: 'R' running or runnable, 'S' asleep, ...
+char thread_state(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');
+  return name_end == std::string::npos || name_end + 2 >= line.size() ? '?' : line[name_end + 2];
+}
+
+class TwoHostsLooking : public TwoHosts {
+ protected:
+  void SetUp() override {
+    yield_look_ = std::chrono::seconds(30);
+    TwoHosts::SetUp();
+  }
+};
+
+TEST_F(TwoHostsLooking, TheLeadersLookingCallerSendsItsHostsRecordAndNoEngineIsWoken) {
+  (*this)[0].submit(5);
+  std::atomic<bool> give_up{false};
+  std::atomic<bool> found{false};
+  std::atomic<pid_t> caller_tid{0};
+  std::thread caller([&] {
+    caller_tid.store(gettid());
+    const CallerWaiting waiting;
+    (*this)[0].wait_for_entry(0, [&] { return give_up.load(); });
+    found.store((*this)[0].entry(0).has_value());
+  });
+  struct GiveUpOnExit {
+    std::atomic<bool>& flag;
+    std::thread& thread;
+    ~GiveUpOnExit() {
+      flag.store(true);
+      if (thread.joinable()) thread.join();
+    }
+  } on_exit{give_up, caller};
+  const shm::SegmentLayout& layout = segments_[0]->layout();
+  const std::atomic_ref<uint32_t> lane_sleepers(
+      *segments_[0]->field_at<uint32_t>(layout.member_offset(0) + shm::field::kLaneSleepers));
+  const auto deadline = shm::Clock::now() + std::chrono::seconds(20);
+  while (lane_sleepers.load() == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_NE(lane_sleepers.load(), 0u) << "the leader's caller never looked";
+  for (int sample = 0; sample < 20; ++sample) {
+    EXPECT_EQ(thread_state(caller_tid.load()), 'R') << "the caller slept instead of looking";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  (*this)[1].submit(5);
+  while (waiting(0, 2) == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(waiting(0, 2), 1u) << "the looking caller did not send its host's record";
+  EXPECT_EQ(rings_[0], 0) << "the leader's engine was woken beside its looking caller";
+
+  (*this)[2].submit(5);
+  (*this)[3].submit(5);
+  EXPECT_EQ(rings_[2], 1) << "host 1's leader has no looking caller: its engine is woken";
+  (*this)[2].attend();
+  deliver(2, 0);
+  caller.join();
+  EXPECT_TRUE(found.load());
+  EXPECT_FALSE(give_up.load()) << "the caller returned only when given up";
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{5})) << "rank " << rank;
+}
+
 TEST(HostDoorbells, ARungMemberFindsItsSocketReadableUntilItClearsIt) {
   const shm::SegmentLayout layout = shm::plan_layout(2, 4096, 4096);
   const std::string name = shm::random_segment_name();

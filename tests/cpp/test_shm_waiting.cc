@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -234,6 +235,54 @@ TEST(CallerWaits, AWaitNoCallerWaitsOnSleepsAtOnceAndAWatchedOneSpins) {
     EXPECT_FALSE(slept.load()) << "a wait a caller waits on slept";
   }
   EXPECT_FALSE(caller_waiting());
+}
+
+// Where the machine's ranks outnumber its cores a caller waiting for its
+// host's log looks, yielding between looks, counted as a sleeper so that
+// whoever would wake another of its threads rings its bell instead.
+TEST(LookYielding, CountsAsASleeperWhileItLooksAndReturnsOnceReady) {
+  uint32_t word = 0, sleepers = 0;
+  shm::Doorbell bell(&word, &sleepers);
+  std::atomic<bool> ready{false};
+  std::atomic<bool> found{false};
+  std::thread looker([&] { found.store(bell.look_yielding([&] { return ready.load(); }, std::chrono::seconds(30))); });
+  const auto give_up = shm::Clock::now() + std::chrono::seconds(30);
+  while (!bell.sleeping() && shm::Clock::now() < give_up) std::this_thread::yield();
+  EXPECT_TRUE(bell.sleeping()) << "a looker that rings would miss";
+  ready.store(true);
+  looker.join();
+  EXPECT_TRUE(found.load());
+  EXPECT_FALSE(bell.sleeping()) << "still counted after it returned";
+}
+
+TEST(LookYielding, GivesUpAfterItsTimeUncounted) {
+  uint32_t word = 0, sleepers = 0;
+  shm::Doorbell bell(&word, &sleepers);
+  const auto start = shm::Clock::now();
+  EXPECT_FALSE(bell.look_yielding([] { return false; }, std::chrono::milliseconds(5)));
+  EXPECT_GE(shm::Clock::now() - start, std::chrono::milliseconds(5));
+  EXPECT_FALSE(bell.sleeping());
+}
+
+// A condition that throws (a leader's caller doing its host's work while it
+// waits) leaves the bell as it found it: a count left behind would have
+// every later alert ring a bell that nobody sleeps on.
+TEST(LookYielding, AWaiterWhoseConditionThrowsIsNoLongerCounted) {
+  uint32_t word = 0, sleepers = 0;
+  shm::Doorbell bell(&word, &sleepers);
+  int looks = 0;
+  const auto throws_on_second_look = [&] {
+    if (++looks == 2) throw std::runtime_error("the host's record could not go out");
+    return false;
+  };
+  EXPECT_THROW(bell.look_yielding(throws_on_second_look, std::chrono::seconds(30)), std::runtime_error);
+  EXPECT_FALSE(bell.sleeping());
+  looks = 0;
+  // wait(): the first look spins (none here), the second is after the count.
+  EXPECT_THROW(bell.wait(throws_on_second_look, [] {}, shm::Clock::now() + std::chrono::seconds(30),
+                         std::chrono::nanoseconds{}),
+               std::runtime_error);
+  EXPECT_FALSE(bell.sleeping());
 }
 
 }  // namespace

@@ -31,6 +31,15 @@ struct ShmTuning {
   // How long the engine thread spins for control messages before it
   // sleeps: it idles there between ops.
   std::chrono::nanoseconds spin_engine{20'000};
+  // Where the machine's ranks outnumber its cores: how long a caller
+  // waiting for an entry of its host's log (a set across hosts agreeing
+  // through the hosts' leaders) looks, yielding the CPU between looks,
+  // before it sleeps. The entry comes from a peer on this machine (the
+  // host's leader, or the member whose submission completes the row) that
+  // needs one of the cores: yielding gives it the core at once, where a
+  // spin would hold it and a sleep would cost a wake-up on the peer's
+  // side. Zero: no such look.
+  std::chrono::nanoseconds yield_look{0};
 };
 
 // Made once every member has attached (the segment's name is gone); held

@@ -20,13 +20,15 @@ constexpr uint32_t kCarriedPayload = 0x40000000u;
 }  // namespace
 
 FastLane::FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-                   std::chrono::nanoseconds spin, Mode mode, std::function<void(int member)> wake)
+                   std::chrono::nanoseconds spin, Mode mode, std::function<void(int member)> wake,
+                   std::chrono::nanoseconds yield_look)
     : segment_(&segment),
       rank_(rank),
       size_(size),
       bells_(&bells),
       seats_(&seats),
       spin_(spin),
+      yield_look_(yield_look),
       full_((uint64_t{1} << size) - 1),
       mode_(mode),
       wake_(std::move(wake)) {

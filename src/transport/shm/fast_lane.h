@@ -78,9 +78,12 @@ class FastLane {
   // `bells` are the members' doorbells (their engine threads sleep on
   // them), by set rank; `seats` where the members' threads run (a waiter
   // that shares its CPU with another member yields it); `spin` is how long
-  // a waiter spins before it sleeps.
+  // a waiter spins before it sleeps; `yield_look`, how long a caller
+  // waiting for an entry looks first, yielding the CPU between looks
+  // (Doorbell::look_yielding; ShmTuning::yield_look).
   FastLane(const Segment& segment, int rank, int size, const std::vector<Doorbell>& bells, const Seats& seats,
-           std::chrono::nanoseconds spin, Mode mode = Mode::kSet, std::function<void(int member)> wake = {});
+           std::chrono::nanoseconds spin, Mode mode = Mode::kSet, std::function<void(int member)> wake = {},
+           std::chrono::nanoseconds yield_look = {});
 
   // Whether a set of `members` can use a lane.
   static bool supports(int members) { return members >= 2 && members <= kMaxMembers; }
@@ -118,8 +121,9 @@ class FastLane {
   // is appended or give_up() is true, at most about kLivenessInterval.
   template <typename GiveUp>
   void wait_for_entry(uint64_t index, GiveUp&& give_up) const {
-    lane_bells_[rank_].wait([&] { return entry(index).has_value() || give_up(); }, [] {},
-                            Clock::now() + kLivenessInterval, spin_,
+    const auto ready = [&] { return entry(index).has_value() || give_up(); };
+    if (yield_look_.count() > 0 && caller_waiting() && lane_bells_[rank_].look_yielding(ready, yield_look_)) return;
+    lane_bells_[rank_].wait(ready, [] {}, Clock::now() + kLivenessInterval, spin_,
                             [&] { return seats_->crowded([](int) { return true; }); });
   }
   // Wakes this member's drivers (to look at give_up()).
@@ -172,6 +176,7 @@ class FastLane {
   const Seats* seats_;
   std::vector<Doorbell> lane_bells_;
   const std::chrono::nanoseconds spin_;
+  const std::chrono::nanoseconds yield_look_;
   const uint64_t full_;  // every member's bit
   const Mode mode_;
   const std::function<void(int member)> wake_;

@@ -251,7 +251,10 @@ ShmTuning tuning_for(size_t members, int machine_ranks) {
   ShmTuning tuning;
   // More members (or ranks of the job on this machine) than cores.
   const size_t busy = std::max(members, static_cast<size_t>(std::max(machine_ranks, 0)));
-  if (more_than_cores(busy)) tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
+  if (more_than_cores(busy)) {
+    tuning.spin = tuning.spin_engine = std::chrono::microseconds(2);
+    tuning.yield_look = std::chrono::microseconds(200);
+  }
   return tuning;
 }
 

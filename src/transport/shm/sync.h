@@ -95,8 +95,7 @@ class Doorbell {
       const auto now = Clock::now();
       if (now >= deadline) return ready();
       const uint32_t seen = std::atomic_ref<uint32_t>(*word_).load(std::memory_order_acquire);
-      std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const Counted counted(*this);
       if (!ready()) {
         Clock::duration nap = std::min<Clock::duration>(deadline - now, kLivenessInterval);
         if (!napped && sleep_noticed()) nap = std::min<Clock::duration>(nap, kNapBeforeNotice);
@@ -104,7 +103,25 @@ class Doorbell {
         napped = true;
         sleep(seen, nap);
       }
-      std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Looks for up to `look`, yielding the CPU between looks, until ready()
+  // is true (returns true). Meanwhile it counts as a sleeper, so that whoever
+  // would wake another thread of this member for what it looks at rings
+  // this bell instead (a system call, but no thread woken). Where the
+  // machine's ranks outnumber its cores this waits on a peer in another
+  // process faster than spinning, which holds the core the peer needs, or
+  // sleeping, whose wake-up takes the peer's time (docs/performance.md,
+  // "Waiting for the host's log on a crowded machine").
+  template <typename Ready>
+  bool look_yielding(Ready&& ready, std::chrono::nanoseconds look) const {
+    const Counted counted(*this);
+    const auto until = Clock::now() + look;
+    for (;;) {
+      if (ready()) return true;
+      if (Clock::now() >= until) return false;
+      sched_yield();
     }
   }
 
@@ -124,6 +141,22 @@ class Doorbell {
   void disarm() const noexcept { std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed); }
 
  private:
+  // Counts a sleeper for its lifetime (also when ready() throws), ordered
+  // before the sleeper's next look at its condition as ring() needs.
+  class Counted {
+   public:
+    explicit Counted(const Doorbell& bell) noexcept : bell_(bell) {
+      std::atomic_ref<uint32_t>(*bell_.sleepers_).fetch_add(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    ~Counted() { bell_.disarm(); }
+    Counted(const Counted&) = delete;
+    Counted& operator=(const Counted&) = delete;
+
+   private:
+    const Doorbell& bell_;
+  };
+
   void sleep(uint32_t seen, Clock::duration timeout) const noexcept;
 
   uint32_t* word_ = nullptr;
