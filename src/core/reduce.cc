@@ -106,24 +106,26 @@ struct MaxOp {
   static T apply(T a, T b) { return a < b ? b : a; }
 };
 
-// inout[i] = op(inout[i], in[i]) for i < count, in the element's compute type.
-template <typename Op, typename Element>
+// inout[i] = op(inout[i], in[i]) for i < count, in the element's compute
+// type; with `in_first`, op(in[i], inout[i]).
+template <typename Op, typename Element, bool in_first>
 void combine_span(typename Element::Storage* __restrict inout,
                   const typename Element::Storage* __restrict in, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    inout[i] = Element::store(Op::apply(Element::load(inout[i]), Element::load(in[i])));
+    if constexpr (in_first) inout[i] = Element::store(Op::apply(Element::load(in[i]), Element::load(inout[i])));
+    else inout[i] = Element::store(Op::apply(Element::load(inout[i]), Element::load(in[i])));
   }
 }
 
-template <typename Op, typename Element>
+template <typename Op, typename Element, bool in_first>
 void combine(typename Element::Storage* inout, const typename Element::Storage* in,
              size_t count) {
   size_t i = 0;
-  for (; i + kBlock <= count; i += kBlock) combine_span<Op, Element>(inout + i, in + i, kBlock);
-  combine_span<Op, Element>(inout + i, in + i, count - i);
+  for (; i + kBlock <= count; i += kBlock) combine_span<Op, Element, in_first>(inout + i, in + i, kBlock);
+  combine_span<Op, Element, in_first>(inout + i, in + i, count - i);
 }
 
-template <typename Element>
+template <typename Element, bool in_first>
 void reduce_element(void* inout, const void* in, size_t count, ReduceOp op) {
   using Storage = typename Element::Storage;
   auto* out = static_cast<Storage*>(inout);
@@ -131,13 +133,13 @@ void reduce_element(void* inout, const void* in, size_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      return combine<SumOp, Element>(out, src, count);
+      return combine<SumOp, Element, in_first>(out, src, count);
     case ReduceOp::kMin:
-      return combine<MinOp, Element>(out, src, count);
+      return combine<MinOp, Element, in_first>(out, src, count);
     case ReduceOp::kMax:
-      return combine<MaxOp, Element>(out, src, count);
+      return combine<MaxOp, Element, in_first>(out, src, count);
     case ReduceOp::kProduct:
-      return combine<ProductOp, Element>(out, src, count);
+      return combine<ProductOp, Element, in_first>(out, src, count);
     case ReduceOp::kAdasum:
       throw Internal("Adasum is not an element-wise reduction; collectives/adasum.h runs it");
   }
@@ -182,21 +184,34 @@ void scale_integer(void* buf, size_t count, double factor) {
 
 }  // namespace
 
-void reduce_into(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op) {
+namespace {
+
+template <bool in_first>
+void reduce_typed(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::kUInt8: return reduce_element<Plain<uint8_t>>(inout, in, count, op);
-    case DataType::kInt8: return reduce_element<Plain<int8_t>>(inout, in, count, op);
-    case DataType::kUInt16: return reduce_element<Plain<uint16_t>>(inout, in, count, op);
-    case DataType::kInt16: return reduce_element<Plain<int16_t>>(inout, in, count, op);
-    case DataType::kInt32: return reduce_element<Plain<int32_t>>(inout, in, count, op);
-    case DataType::kInt64: return reduce_element<Plain<int64_t>>(inout, in, count, op);
-    case DataType::kFloat16: return reduce_element<Float16>(inout, in, count, op);
-    case DataType::kBFloat16: return reduce_element<BFloat16>(inout, in, count, op);
-    case DataType::kFloat32: return reduce_element<Plain<float>>(inout, in, count, op);
-    case DataType::kFloat64: return reduce_element<Plain<double>>(inout, in, count, op);
-    case DataType::kBool: return reduce_element<Bool>(inout, in, count, op);
+    case DataType::kUInt8: return reduce_element<Plain<uint8_t>, in_first>(inout, in, count, op);
+    case DataType::kInt8: return reduce_element<Plain<int8_t>, in_first>(inout, in, count, op);
+    case DataType::kUInt16: return reduce_element<Plain<uint16_t>, in_first>(inout, in, count, op);
+    case DataType::kInt16: return reduce_element<Plain<int16_t>, in_first>(inout, in, count, op);
+    case DataType::kInt32: return reduce_element<Plain<int32_t>, in_first>(inout, in, count, op);
+    case DataType::kInt64: return reduce_element<Plain<int64_t>, in_first>(inout, in, count, op);
+    case DataType::kFloat16: return reduce_element<Float16, in_first>(inout, in, count, op);
+    case DataType::kBFloat16: return reduce_element<BFloat16, in_first>(inout, in, count, op);
+    case DataType::kFloat32: return reduce_element<Plain<float>, in_first>(inout, in, count, op);
+    case DataType::kFloat64: return reduce_element<Plain<double>, in_first>(inout, in, count, op);
+    case DataType::kBool: return reduce_element<Bool, in_first>(inout, in, count, op);
   }
   throw Internal("unknown DataType " + std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace
+
+void reduce_into(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op) {
+  reduce_typed<false>(inout, in, count, dtype, op);
+}
+
+void reduce_into_after(void* inout, const void* first, size_t count, DataType dtype, ReduceOp op) {
+  reduce_typed<true>(inout, first, count, dtype, op);
 }
 
 void scale_buffer(void* buf, size_t count, DataType dtype, double factor) {

@@ -257,6 +257,40 @@ struct KnownConversion {
   uint16_t bits;
 };
 
+// reduce_into_after(inout, first) gives the bits of reducing `first` with
+// inout's values in that order (two members of a pair each compute the
+// lower rank's first): NaNs in Min and Max show the order, every type and
+// op alike.
+TEST(ReduceIntoAfter, GivesTheBitsOfTheFirstOperandReducedWithTheSecond) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> first = {nan, 1.0f, 5.0f, -0.0f, 1e8f};
+  const std::vector<float> second = {1.0f, nan, 2.0f, 0.0f, 1.0f};
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    std::vector<float> expected = first;
+    reduce_into(expected.data(), second.data(), first.size(), DataType::kFloat32, op);
+    std::vector<float> in_place = second;
+    reduce_into_after(in_place.data(), first.data(), first.size(), DataType::kFloat32, op);
+    EXPECT_EQ(std::memcmp(in_place.data(), expected.data(), sizeof(float) * first.size()), 0)
+        << "op " << static_cast<int>(op);
+  }
+  std::vector<float> min_of = {1.0f};
+  reduce_into_after(min_of.data(), &nan, 1, DataType::kFloat32, ReduceOp::kMin);
+  EXPECT_TRUE(std::isnan(min_of[0])) << "the NaN came first and stays";
+  for (DataType dtype : {DataType::kInt8, DataType::kUInt16, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+                         DataType::kBFloat16, DataType::kFloat64, DataType::kBool}) {
+    const size_t bytes = 8 * dtype_size(dtype);
+    std::vector<uint8_t> a(bytes), b(bytes);
+    for (size_t i = 0; i < bytes; ++i) {
+      a[i] = static_cast<uint8_t>(dtype == DataType::kBool ? i % 2 : 37 * i + 11);
+      b[i] = static_cast<uint8_t>(dtype == DataType::kBool ? i % 3 == 0 : 91 * i + 5);
+    }
+    std::vector<uint8_t> expected = a, in_place = b;
+    reduce_into(expected.data(), b.data(), 8, dtype, ReduceOp::kMax);
+    reduce_into_after(in_place.data(), a.data(), 8, dtype, ReduceOp::kMax);
+    EXPECT_EQ(in_place, expected) << "dtype " << static_cast<int>(dtype);
+  }
+}
+
 TEST(Float16, KnownValuesRoundTrip) {
   const KnownConversion cases[] = {
       {1.0f, 0x3c00},       {-2.5f, 0xc100},           {65504.0f, 0x7bff},         {0x1p-24f, 0x0001},

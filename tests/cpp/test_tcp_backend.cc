@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "net/socket.h"
 #include "transport/backend.h"
 #include "transport/tcp/links.h"
+#include "transport/tcp/tcp_backend.h"
 
 namespace hora {
 namespace {
@@ -193,6 +195,43 @@ TEST(TcpDataPlane, AReductionThatThrowsMidRoundGivesTheLinksUp) {
     FAIL() << "the links were used after a round failed";
   } catch (const PeerFailure& e) {
     EXPECT_NE(std::string(e.what()).find("no kernel for this op"), std::string::npos) << e.what();
+  }
+}
+
+// Two members exchange their buffers and reduce what arrives into their
+// own, which they are still sending: bytes of the peer's that arrive before
+// this member's own have left (the peer started first; this member's send
+// buffer is full) must not be reduced into what is still to go. Set rank 1
+// here runs the backend over a socket pair with a small send buffer; the
+// test plays set rank 0, writing its whole input before it reads anything.
+TEST(TcpDataPlane, AnExchangeSendsTheMembersOwnBytesEvenWhenThePeersArriveFirst) {
+  for (const size_t count : {size_t{4096}, size_t{65536}, size_t{200000}}) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    const int small = 4096;
+    ASSERT_EQ(setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    std::vector<net::Socket> sockets(2);
+    sockets[0] = net::Socket(fds[0]);
+    net::Socket far(fds[1]);
+    tcp_transport::Waiting waiting;
+    waiting.timeout = milliseconds(10'000);
+    tcp_transport::TcpBackend member({4, 9}, 1, std::move(sockets), waiting);
+
+    std::vector<float> theirs(count, 2.0f), mine(count, 1.0f), received(count, 0.0f);
+    std::thread peer([&] {
+      far.send_all(std::span(reinterpret_cast<const uint8_t*>(theirs.data()), count * sizeof(float)),
+                   net::Clock::now() + kWait, "the test");
+    });
+    std::thread reduce([&] { member.allreduce(mine.data(), count, DataType::kFloat32, ReduceOp::kSum); });
+    std::this_thread::sleep_for(milliseconds(100));  // everything of set rank 0's arrives first
+    far.recv_exact(reinterpret_cast<uint8_t*>(received.data()), count * sizeof(float), net::Clock::now() + kWait,
+                   "the test");
+    peer.join();
+    reduce.join();
+    size_t sums_sent = 0;
+    for (float value : received) sums_sent += value != 1.0f;
+    EXPECT_EQ(sums_sent, 0u) << count << " floats: set rank 1 sent sums instead of its input";
+    EXPECT_EQ(mine, std::vector<float>(count, 3.0f)) << count << " floats";
   }
 }
 

@@ -26,22 +26,28 @@ struct ArrivingBlock {
   // The incoming block is the lower set rank's: it goes first (the result
   // is written into `own` all the same), so both members get the same bits.
   bool lower_first = false;
+  // Where `own` is being sent in the same round (an exchange): how much of
+  // it has left. A piece is reduced only once it has: the peer's bytes can
+  // arrive before this member's own have gone (a peer that started the
+  // round first, a send buffer full), and the peer must get the member's
+  // input, not the sum. finish() reduces what is left after the round.
+  const size_t* sent = nullptr;
 
   static void arrived(void* context, size_t done) {
     auto& block = *static_cast<ArrivingBlock*>(context);
-    const size_t whole = done - done % block.element_bytes;
-    if (whole - block.reduced < kReducePiece && done != block.bytes) return;
-    uint8_t* own = block.own + block.reduced;
-    const uint8_t* incoming = block.incoming + block.reduced;
-    const size_t piece = whole - block.reduced, count = piece / block.element_bytes;
-    if (block.lower_first) {
-      auto* first = const_cast<uint8_t*>(incoming);  // the staging buffer: ours to write
-      reduce_into(first, own, count, block.dtype, block.op);
-      std::memcpy(own, first, piece);
-    } else {
-      reduce_into(own, incoming, count, block.dtype, block.op);
-    }
-    block.reduced = whole;
+    block.reduce_up_to(done, false);
+  }
+  void finish() { reduce_up_to(bytes, true); }
+
+ private:
+  void reduce_up_to(size_t done, bool all) {
+    if (sent) done = std::min(done, *sent);
+    const size_t whole = done - done % element_bytes;
+    if (whole <= reduced || (whole - reduced < kReducePiece && whole != bytes && !all)) return;
+    const size_t piece = whole - reduced, count = piece / element_bytes;
+    if (lower_first) reduce_into_after(own + reduced, incoming + reduced, count, dtype, op);
+    else reduce_into(own + reduced, incoming + reduced, count, dtype, op);
+    reduced = whole;
   }
 };
 
@@ -80,14 +86,16 @@ void TcpBackend::allreduce(void* buf, size_t count, DataType dtype, ReduceOp op)
 void TcpBackend::exchange_reduce(int peer, uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
   const size_t element = dtype_size(dtype), bytes = count * element;
   uint8_t* theirs = staging(bytes);
-  // Reduced as the peer's bytes arrive, in set-rank order: the higher rank
-  // reduces its own into the peer's piece and copies the piece back.
+  // Reduced as the peer's bytes arrive (once this member's own have left),
+  // in set-rank order: the higher rank puts the peer's piece first.
   ArrivingBlock block{buf, theirs, element, bytes, dtype, op};
   block.lower_first = peer < rank();
   Move moves[] = {Move::to(peer, buf, bytes), Move::from(peer, theirs, bytes)};
+  block.sent = &moves[0].done;
   moves[1].arrived = &ArrivingBlock::arrived;
   moves[1].context = &block;
   links_.run(moves, "allreduce");
+  block.finish();
 }
 
 void TcpBackend::recursive_doubling(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
@@ -109,8 +117,7 @@ void TcpBackend::recursive_doubling(uint8_t* buf, size_t count, DataType dtype, 
     uint8_t* theirs = staging(bytes);
     Move receive[] = {Move::from(r - 1, theirs, bytes)};
     links_.run(receive, "allreduce");
-    reduce_into(theirs, buf, count, dtype, op);  // the lower rank's first
-    std::memcpy(buf, theirs, bytes);
+    reduce_into_after(buf, theirs, count, dtype, op);  // the lower rank's first
   }
   const int virtual_rank = r < 2 * extra ? r / 2 : r - extra;
   auto real = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
