@@ -90,6 +90,13 @@ milliseconds StallInspector::inspection_interval() const {
   return std::clamp(shortest / 4, milliseconds{10}, milliseconds{1000});
 }
 
+milliseconds StallInspector::report_time() const {
+  milliseconds soonest{0};
+  for (milliseconds limit : {options_.warning_time, divergence_watch_time(), failure_time()})
+    if (limit.count() > 0 && (soonest.count() == 0 || limit < soonest)) soonest = limit;
+  return soonest;
+}
+
 StallReport StallInspector::inspect(Clock::time_point now, const std::function<std::vector<PendingOp>()>& pending) {
   StallReport report;
   if (finished_since_inspection_) {

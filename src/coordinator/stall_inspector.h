@@ -84,6 +84,10 @@ class StallInspector {
   // quarter of the shortest limit (at most once a second); zero when every
   // limit is off.
   std::chrono::milliseconds inspection_interval() const;
+  // The age at which a waiting op first counts in a report: the soonest of
+  // the warning time, the divergence watch and the failure time (zero:
+  // never).
+  std::chrono::milliseconds report_time() const;
 
  private:
   struct Waiting {

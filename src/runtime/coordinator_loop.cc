@@ -261,11 +261,13 @@ void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) 
 
 // Ops some members submitted through the agreement and others not yet:
 // their stall clocks run from when an inspection first saw them waiting.
-// One that the agreement holds partly out of sight (other hosts' rows) and
-// that a second inspection finds still waiting is taken back, so that the
-// negotiator learns every submitter and a stall report names only the
-// members that are missing.
+// One that the agreement holds partly out of sight (other hosts' rows) is
+// taken back by the last inspection before it would be reported, so that
+// the negotiator learns every submitter and the report names only the
+// members that are missing (a host that is merely late keeps the fast
+// path).
 void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
+  const milliseconds report = inspector_.report_time(), interval = inspector_.inspection_interval();
   const size_t rows = agreed_rows();
   for (uint32_t slot = 0; slot < rows; ++slot) {
     const std::string& name = negotiator_.cache().request(slot).name;
@@ -278,12 +280,15 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
       it = waits_.end();
     }
     if (!waiting) continue;
-    if (it != waits_.end() && state.unseen) {
+    const Clock::time_point since = it == waits_.end() ? now : it->second.since;
+    if (state.unseen && report.count() > 0 && now - since + interval >= report) {
+      if (it == waits_.end()) inspector_.submitted(name, now);
+      agreement_.divert_anew(slot);
       divert(slot, now);  // its stall clock goes on under the negotiator
       continue;
     }
     if (it == waits_.end()) inspector_.submitted(name, now);
-    waits_[slot] = AgreementWait{state.completions, std::move(state.submitted)};
+    waits_[slot] = AgreementWait{state.completions, std::move(state.submitted), since};
   }
 }
 

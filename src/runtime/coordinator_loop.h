@@ -102,6 +102,7 @@ class CoordinatorLoop {
   struct AgreementWait {
     uint32_t completions = 0;
     std::vector<int> submitted;
+    Clock::time_point since;  // the first inspection that saw it waiting
   };
   std::unordered_map<uint32_t, AgreementWait> waits_;
 };

@@ -149,7 +149,12 @@ class Doorbell {
       std::atomic_ref<uint32_t>(*bell_.sleepers_).fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
-    ~Counted() { bell_.disarm(); }
+    // Ordered before the waiter's look that follows (the leader's caller
+    // looks for its host's work once more after it stops counting).
+    ~Counted() {
+      bell_.disarm();
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
     Counted(const Counted&) = delete;
     Counted& operator=(const Counted&) = delete;
 
