@@ -178,10 +178,14 @@ void CoordinatorLoop::divert(uint32_t slot, Clock::time_point now) {
 
 void CoordinatorLoop::divert_all(Clock::time_point now) {
   const size_t rows = agreed_rows();
-  for (uint32_t slot = 0; slot < rows; ++slot) {
-    agreement_.divert_anew(slot);
-    divert(slot, now);
-  }
+  for (uint32_t slot = 0; slot < rows; ++slot) take_back(slot, now);
+}
+
+// The coordinator takes `slot` back for a new reason (not only to collect
+// what landed in it since): Agreement::divert_anew(), then divert().
+void CoordinatorLoop::take_back(uint32_t slot, Clock::time_point now) {
+  agreement_.divert_anew(slot);
+  divert(slot, now);
 }
 
 // Before the coordinator negotiates a full request: a join takes every slot
@@ -195,9 +199,7 @@ void CoordinatorLoop::divert_for(const Request& request, Clock::time_point now) 
     return;
   }
   const int32_t slot = negotiator_.cache().slot_of(request.name);
-  if (slot < 0 || static_cast<size_t>(slot) >= agreement_.rows()) return;
-  agreement_.divert_anew(static_cast<uint32_t>(slot));
-  divert(static_cast<uint32_t>(slot), now);
+  if (slot >= 0 && static_cast<size_t>(slot) < agreement_.rows()) take_back(static_cast<uint32_t>(slot), now);
 }
 
 // A diverted slot returns to the agreement once no submission of its op is
@@ -249,10 +251,7 @@ void CoordinatorLoop::inspect(Clock::time_point now, milliseconds head_start) {
 void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) {
   std::vector<uint32_t> held;
   for (const auto& [slot, wait] : waits_) held.push_back(slot);
-  for (uint32_t slot : held) {
-    agreement_.divert_anew(slot);
-    divert(slot, now);
-  }
+  for (uint32_t slot : held) take_back(slot, now);
   for (Response& response : negotiator_.abandon(reason)) {
     for (const std::string& name : response.names) inspector_.finished(name);
     undispatched_.push_back(std::move(response));
@@ -280,14 +279,12 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
       it = waits_.end();
     }
     if (!waiting) continue;
+    if (it == waits_.end()) inspector_.submitted(name, now);
     const Clock::time_point since = it == waits_.end() ? now : it->second.since;
     if (state.unseen && report.count() > 0 && now - since + interval >= report) {
-      if (it == waits_.end()) inspector_.submitted(name, now);
-      agreement_.divert_anew(slot);
-      divert(slot, now);  // its stall clock goes on under the negotiator
+      take_back(slot, now);  // its stall clock goes on under the negotiator
       continue;
     }
-    if (it == waits_.end()) inspector_.submitted(name, now);
     waits_[slot] = AgreementWait{state.completions, std::move(state.submitted), since};
   }
 }

@@ -74,6 +74,7 @@ class CoordinatorLoop {
   void on_failure_message(int from, const FailureMessage& message, Clock::time_point now);
   void note_agreed(const std::vector<Response>& ready, Clock::time_point now);
   void divert(uint32_t slot, Clock::time_point now);
+  void take_back(uint32_t slot, Clock::time_point now);
   void divert_all(Clock::time_point now);
   void divert_for(const Request& request, Clock::time_point now);
   void release(uint32_t slot, Clock::time_point now);

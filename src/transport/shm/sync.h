@@ -132,8 +132,7 @@ class Doorbell {
   template <typename Ready>
   std::optional<FutexWait> arm(Ready&& ready) const {
     const uint32_t seen = std::atomic_ref<uint32_t>(*word_).load(std::memory_order_acquire);
-    std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    count();
     if (!ready()) return FutexWait{word_, seen};
     disarm();
     return std::nullopt;
@@ -141,14 +140,17 @@ class Doorbell {
   void disarm() const noexcept { std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed); }
 
  private:
-  // Counts a sleeper for its lifetime (also when ready() throws), ordered
-  // before the sleeper's next look at its condition as ring() needs.
+  // Counts a sleeper, ordered before its next look at its condition, as
+  // ring() needs.
+  void count() const noexcept {
+    std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+  // count() for its lifetime (also when ready() throws).
   class Counted {
    public:
-    explicit Counted(const Doorbell& bell) noexcept : bell_(bell) {
-      std::atomic_ref<uint32_t>(*bell_.sleepers_).fetch_add(1, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
+    explicit Counted(const Doorbell& bell) noexcept : bell_(bell) { bell_.count(); }
     // Ordered before the waiter's look that follows (the leader's caller
     // looks for its host's work once more after it stops counting).
     ~Counted() {

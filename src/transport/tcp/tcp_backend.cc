@@ -35,15 +35,15 @@ struct ArrivingBlock {
 
   static void arrived(void* context, size_t done) {
     auto& block = *static_cast<ArrivingBlock*>(context);
-    block.reduce_up_to(done, false);
+    block.reduce_up_to(done);
   }
-  void finish() { reduce_up_to(bytes, true); }
+  void finish() { reduce_up_to(bytes); }
 
  private:
-  void reduce_up_to(size_t done, bool all) {
+  void reduce_up_to(size_t done) {
     if (sent) done = std::min(done, *sent);
     const size_t whole = done - done % element_bytes;
-    if (whole <= reduced || (whole - reduced < kReducePiece && whole != bytes && !all)) return;
+    if (whole <= reduced || (whole - reduced < kReducePiece && whole != bytes)) return;
     const size_t piece = whole - reduced, count = piece / element_bytes;
     if (lower_first) reduce_into_after(own + reduced, incoming + reduced, count, dtype, op);
     else reduce_into(own + reduced, incoming + reduced, count, dtype, op);
