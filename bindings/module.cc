@@ -47,6 +47,7 @@ nb::dict metrics_dict(const SetMetrics& m) {
   out["slowest_member"] = m.slowest_member;
   out["cache_lookups"] = m.cache_lookups;
   out["cache_hits"] = m.cache_hits;
+  out["fast_path_hits"] = m.fast_path_hits;
   out["responses"] = m.responses;
   out["tensors"] = m.tensors;
   out["errors"] = m.errors;

@@ -17,6 +17,7 @@ struct SetMetrics {
   std::map<int, int64_t> slowest_member;  // coordinator: global rank -> ops it submitted last
   int64_t cache_lookups = 0;              // submissions of cacheable ops
   int64_t cache_hits = 0;                 // ... agreed through the response cache
+  int64_t fast_path_hits = 0;             // ... of those, agreed without the coordinator's round trip
   int64_t responses = 0;                  // ops run (a fused allreduce is one)
   int64_t tensors = 0;                    // tensors in them (this rank's own)
   int64_t errors = 0;                     // ops that failed with a mismatch

@@ -252,11 +252,16 @@ std::vector<int> HostAgreement::divert_locked(uint32_t slot) {
   }
   const std::vector<int> bits = lane_.divert(slot);
   std::lock_guard<std::mutex> lock(mutex_);
-  bool in_part = !bits.empty();
   for (int local : bits) handed.push_back(locals_[static_cast<size_t>(local)]);
+  // Only another host's members handed over one by one take its rows back:
+  // this host's row stays diverted until the last step of the give-back
+  // (try_undivert), so its members come as bits all along and strand
+  // nobody; counting them would take the other rows back at every
+  // instance, and the slot would never return.
+  bool in_part = false;
   auto held = handed_.find(slot);
   if (held != handed_.end()) {
-    in_part |= !held->second.empty();
+    for (int member : held->second) in_part |= host_of(member) != host_;
     handed.insert(handed.end(), held->second.begin(), held->second.end());
     handed_.erase(held);
   }

@@ -45,7 +45,7 @@ std::optional<uint32_t> Executor::admit(TensorEntry& entry, const std::weak_ptr<
   return slot;
 }
 
-void Executor::enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried) {
+bool Executor::enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried) {
   agreed_pending_.fetch_add(1);
   if (!caller_waits) agreement().watch(Agreement::kEngine, true);
   Agreement::Outcome outcome;
@@ -61,7 +61,9 @@ void Executor::enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carr
     }
     outcome = agreement().submit_carrying(slot, std::move(carried), how);
   }
-  if (outcome == Agreement::Outcome::kDiverted && !caller_waits) wake_engine_();
+  if (outcome != Agreement::Outcome::kDiverted) return true;
+  if (!caller_waits) wake_engine_();
+  return false;
 }
 
 // What every member decides alike from the cached request alone: a small

@@ -76,7 +76,8 @@ class Executor {
   std::optional<uint32_t> admit(TensorEntry& entry, const std::weak_ptr<WorkDriver>& driver);
   // Submitting thread, once the entry is queued: submits `slot` to the
   // agreement; the engine thread watches the log unless `caller_waits`.
-  void enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried = {});
+  // False where the agreement diverted the op to the coordinator.
+  bool enter(uint32_t slot, bool caller_waits, std::vector<uint8_t> carried = {});
   // An admitted op's input where the agreement carries it with the
   // submission (a small allreduce that needs no exchange of its own), else
   // nothing.

@@ -36,7 +36,7 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
                                                      weak_from_this());
   if (submitted.slot) {
     telemetry_.cache_lookup(true);
-    executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried));
+    if (executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried))) telemetry_.fast_path_hit();
     // The engine thread completes an op nobody waits for, so it must hear
     // the peers' messages: a set still lent to a caller is watched by no
     // thread of the pool.

@@ -95,6 +95,11 @@ void SetTelemetry::cache_lookup(bool hit) {
   if (hit) ++metrics_.cache_hits;
 }
 
+void SetTelemetry::fast_path_hit() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++metrics_.fast_path_hits;
+}
+
 void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, const OpTimes& times) {
   const auto kind = static_cast<size_t>(op);
   const bool fused = set(times.packed) && set(times.transported);

@@ -200,14 +200,17 @@ TEST(FastLaneProcesses, CachedOpsAgreeInEveryOrder) {
 
 // A cached name submitted with another shape on one rank is a mismatch on
 // every rank (the coordinator takes the op back from the lane); the set
-// goes on, through the lane again.
+// goes on, through the lane again (counted as fast-path hits).
 TEST(FastLaneProcesses, AMismatchOfACachedOpFailsOnEveryMemberAndTheSetGoesOn) {
   test_support::TemporaryDirectory dir;
   const int n = 2;
   auto outcomes = run_processes(n, [&](int rank) {
     auto runtime = runtime_for(dir.path(), rank, n);
-    for (int step = 0; step < 12; ++step) {
-      const bool odd_one = step == 6 && rank == 1;
+    constexpr int kSteps = 20, kMismatch = 6, kInstancesToGiveBack = 4;
+    int64_t fast_after_mismatch = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kMismatch + 1) fast_after_mismatch = runtime->metrics(0).fast_path_hits;
+      const bool odd_one = step == kMismatch && rank == 1;
       std::vector<float> x(odd_one ? 5 : 4, 1.0f);
       try {
         runtime->enqueue(0, allreduce_of(x, "x", step % 2 == 0))->wait();
@@ -218,6 +221,9 @@ TEST(FastLaneProcesses, AMismatchOfACachedOpFailsOnEveryMemberAndTheSetGoesOn) {
         require(std::string(e.what()).find("x") != std::string::npos, e.what());
       }
     }
+    const int64_t after = runtime->metrics(0).fast_path_hits - fast_after_mismatch;
+    require(after >= kSteps - kMismatch - 1 - kInstancesToGiveBack,
+            std::to_string(after) + " fast-path hits after the mismatch on rank " + std::to_string(rank));
   }, kLimit);
   expect_all_ok(outcomes);
 }
@@ -243,11 +249,16 @@ TEST(FastLaneProcesses, AJoinedMemberStandsInForCachedOps) {
     int32_t last = -1;
     std::memcpy(&last, joined->output_data(), sizeof last);
     require(last == 1, "the member that joined last: " + std::to_string(last));
-    for (int step = 0; step < 5; ++step) {
+    const int64_t fast_before = runtime->metrics(0).fast_path_hits;
+    constexpr int kAfterJoin = 12, kInstancesToGiveBack = 4;
+    for (int step = 0; step < kAfterJoin; ++step) {
       std::vector<float> g(6, 1.0f);
       runtime->enqueue(0, allreduce_of(g, "g", true))->wait();
       for (float v : g) require(v == 2.0f, "g after the join");
     }
+    const int64_t after = runtime->metrics(0).fast_path_hits - fast_before;
+    require(after >= kAfterJoin - kInstancesToGiveBack,
+            std::to_string(after) + " fast-path hits after the join on rank " + std::to_string(rank));
   }, kLimit);
   expect_all_ok(outcomes);
 }

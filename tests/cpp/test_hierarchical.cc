@@ -418,7 +418,9 @@ TEST(HierarchicalProcesses, SetsWhoseHostsAllShareASegmentAgreeThroughTheLeaders
 // leaders): small ops whose sums the agreement carries, in several types
 // and reductions, ops on the data plane, ops the engine runs and ones their
 // callers run, and a mismatch of a cached op in the middle (diverted on
-// both hosts), which fails on every member and leaves the op agreed again.
+// both hosts), which fails on every member; afterwards the ops are agreed
+// in the hosts' lanes again (counted as fast-path hits), not through the
+// coordinator.
 TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders) {
   test_support::TemporaryDirectory dir;
   auto outcomes = run_processes(kRanks, [&](int rank) {
@@ -432,12 +434,16 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
       args.caller_waits = caller_waits;
       return args;
     };
-    for (int step = 0; step < 30; ++step) {
+    constexpr int kSteps = 30, kMismatch = 12, kOpsAStep = 4;
+    int64_t fast_before_mismatch = 0, fast_after_mismatch = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kMismatch) fast_before_mismatch = runtime.metrics(0).fast_path_hits;
+      if (step == kMismatch + 1) fast_after_mismatch = runtime.metrics(0).fast_path_hits;
       std::vector<float> average(3, float(rank + step));
       std::vector<int64_t> most(2, int64_t{10} * rank - step);
       std::vector<double> sum(5, 0.25 * (rank + 1));
       std::vector<float> large(5000, float(rank));
-      if (step == 12) {
+      if (step == kMismatch) {
         // Rank 3 sends 'average' with another shape: every member's fails.
         std::vector<float> odd(rank == 3 ? 4 : 3, 1.0f);
         try {
@@ -463,6 +469,19 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
       require(sum == std::vector<double>(5, 2.5), at + ": sum " + std::to_string(sum[0]));
       require(large == std::vector<float>(5000, 6.0f), at + ": large " + std::to_string(large[0]));
     }
+    // Step 0 is negotiated, the rest of the ops before the mismatch agree in
+    // the lanes. After it, "average" goes through the coordinator until its
+    // slot is given back, a few instances at most (it used to stay there on
+    // the coordinator's host: that host's own bits took the other hosts'
+    // rows back at every instance).
+    const std::string where = "rank " + std::to_string(rank);
+    require(fast_before_mismatch >= kOpsAStep * (kMismatch - 2),
+            where + ": " + std::to_string(fast_before_mismatch) + " fast-path hits before the mismatch");
+    const int64_t after = runtime.metrics(0).fast_path_hits - fast_after_mismatch;
+    constexpr int kInstancesToGiveBack = 8;
+    require(after >= kOpsAStep * (kSteps - kMismatch - 1) - kInstancesToGiveBack,
+            where + ": " + std::to_string(after) + " fast-path hits after the mismatch, of " +
+                std::to_string(kOpsAStep * (kSteps - kMismatch - 1)));
   }, milliseconds(60'000));
   expect_all_ok(outcomes);
 }

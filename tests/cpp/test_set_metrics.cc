@@ -49,6 +49,9 @@ TEST(SetMetrics, CountOpsAndBytesExactlyOnEveryMember) {
     // was looked up once.
     EXPECT_EQ(m.cache_lookups, kSteps + 1);
     EXPECT_EQ(m.cache_hits, kSteps - 1);
+    // The members agree on the repeats among themselves (the stream
+    // agreement), not through the coordinator.
+    EXPECT_EQ(m.fast_path_hits, kSteps - 1);
     EXPECT_GT(m.negotiation_seconds, 0.0);
     EXPECT_GT(m.transport_seconds, 0.0);
     EXPECT_EQ(m.errors, 0);
@@ -83,6 +86,29 @@ TEST(SetMetrics, AMismatchCountsAsAnError) {
     const SetMetrics m = rt.metrics(0);
     EXPECT_EQ(m.errors, 1);
     EXPECT_EQ(m.ops.count("allreduce"), 0u);
+  });
+}
+
+// After a mismatch of a repeated op the members agree on its repeats
+// among themselves again, within a few instances.
+TEST(SetMetrics, RepeatsAfterAMismatchTakeTheFastPathAgain) {
+  static constexpr int kSteps = 20, kMismatch = 6, kInstancesToGiveBack = 4;
+  run_ranks(3, [](Runtime& rt) {
+    int64_t fast_after_mismatch = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kMismatch + 1) fast_after_mismatch = rt.metrics(0).fast_path_hits;
+      std::vector<float> x(step == kMismatch && rt.rank() == 2 ? 5 : 4, 1.0f), out(x.size());
+      if (step == kMismatch) {
+        EXPECT_THROW(rt.enqueue(0, op_args(OpType::kAllreduce, x, out, "x"))->wait(), Mismatch);
+        continue;
+      }
+      rt.enqueue(0, op_args(OpType::kAllreduce, x, out, "x"))->wait();
+      EXPECT_EQ(out[0], 3.0f) << "step " << step;
+    }
+    const SetMetrics m = rt.metrics(0);
+    EXPECT_EQ(m.errors, 1);
+    EXPECT_GE(m.fast_path_hits - fast_after_mismatch, kSteps - kMismatch - 1 - kInstancesToGiveBack)
+        << "rank " << rt.rank();
   });
 }
 

@@ -142,6 +142,10 @@ def test_the_counters_of_known_traffic_are_exact(scraped, rank):
         assert value("hora_responses_total", set_id) == ops
         assert value("hora_tensors_total", set_id) == ops
         assert value("hora_cache_lookups_total", set_id) == ops
+        # The first op is negotiated; the repeats are agreed in the set's
+        # fast lane (one host, shared memory).
+        assert value("hora_cache_hits_total", set_id) == ops - 1
+        assert value("hora_fast_path_hits_total", set_id) == ops - 1
         assert value("hora_errors_total", set_id) == 0
         assert value("hora_stalls_total", set_id) == 0
         assert value("hora_set_broken", set_id) == 0
@@ -161,6 +165,7 @@ def test_the_page_holds_what_hvd_metrics_says(scraped, rank):
                "transport_seconds": "hora_transport_seconds_total",
                "wait_for_slowest_seconds": "hora_wait_for_slowest_seconds_total",
                "cache_hits": "hora_cache_hits_total", "cache_lookups": "hora_cache_lookups_total",
+               "fast_path_hits": "hora_fast_path_hits_total",
                "responses": "hora_responses_total", "tensors": "hora_tensors_total", "errors": "hora_errors_total",
                "stalls": "hora_stalls_total", "broken": "hora_set_broken"}
     metrics = results[rank]["metrics"]
@@ -233,8 +238,8 @@ def test_ranks_label():
 def test_exposition_escapes_labels_and_writes_booleans_and_floats():
     found = {"ops": {'odd"kind\\': 3}, "bytes": {}, "slowest_member": {2: 4}, "ranks": [2, 3],
              "negotiation_seconds": 1.5e-06, "transport_seconds": 0.25, "wait_for_slowest_seconds": 0.0,
-             "cache_lookups": 0, "cache_hits": 0, "responses": 3, "tensors": 6, "errors": 1, "stalls": 2,
-             "broken": True}
+             "cache_lookups": 0, "cache_hits": 0, "fast_path_hits": 0, "responses": 3, "tensors": 6, "errors": 1,
+             "stalls": 2, "broken": True}
     text = exposition({7: found}, rank=2)
     labels = 'process_set="7",ranks="2,3",rank="2"'
     assert f'hora_ops_total{{{labels},kind="odd\\"kind\\\\"}} 3' in text.splitlines()
