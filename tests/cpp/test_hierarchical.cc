@@ -486,6 +486,43 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
   expect_all_ok(outcomes);
 }
 
+// Rank 3 (on the other host than the coordinator's) runs out of data
+// first and joins: the others' repeated op goes on with zeros from it (the
+// coordinator runs every op while a member has joined); once all have
+// joined, the repeats agree in the hosts' lanes again.
+TEST(HierarchicalProcesses, AJoinedMemberStandsInAndTheOpsReturnToTheLanes) {
+  test_support::TemporaryDirectory dir;
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {});
+    auto step_once = [&](const std::string& at, float expected) {
+      std::vector<float> g(6, 1.0f);
+      OpArgs args;
+      args.input = TensorView{g.data(), DataType::kFloat32, {6}};
+      args.output = args.input;
+      args.name = "g";
+      args.caller_waits = true;
+      runtime.enqueue(0, args)->wait();
+      for (float v : g) require(v == expected, at + ", rank " + std::to_string(rank) + ": " + std::to_string(v));
+    };
+    const int steps = rank == 3 ? 3 : 10;
+    for (int step = 0; step < steps; ++step) step_once("step " + std::to_string(step), step < 3 ? 4.0f : 3.0f);
+    OpArgs join;
+    join.op = OpType::kJoin;
+    std::shared_ptr<Work> joined = runtime.enqueue(0, join);
+    joined->wait();
+    int32_t last = -1;
+    std::memcpy(&last, joined->output_data(), sizeof last);
+    require(last != 3, "rank 3 joined first but was named last");
+    constexpr int kAfterJoin = 12, kInstancesToGiveBack = 4;
+    const int64_t fast_before = runtime.metrics(0).fast_path_hits;
+    for (int step = 0; step < kAfterJoin; ++step) step_once("after the join, step " + std::to_string(step), 4.0f);
+    const int64_t after = runtime.metrics(0).fast_path_hits - fast_before;
+    require(after >= kAfterJoin - kInstancesToGiveBack,
+            "rank " + std::to_string(rank) + ": " + std::to_string(after) + " fast-path hits after the join");
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+}
+
 // Rank 3 (on the host without the coordinator, whose leader is rank 1)
 // stops submitting a repeated op that the others go on with: rank 1's bit
 // waits in its host's row, out of the coordinator's sight, until the
