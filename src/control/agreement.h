@@ -140,6 +140,14 @@ class Agreement {
   // what landed in it since (an agreement whose slots are given back in
   // steps takes them back again now).
   virtual void divert_anew(uint32_t slot) { (void)slot; }
+  // The coordinator, of a diverted `slot`: whether it is being given back
+  // in steps and has been given back somewhere already (another host's
+  // row), so that members may have submitted it there, out of its sight,
+  // while it negotiates the op; divert_anew() and divert() bring them in.
+  virtual bool partly_given_back(uint32_t slot) const {
+    (void)slot;
+    return false;
+  }
   // Whether a member submitted into a diverted slot since the last call.
   virtual bool take_drain_request() = 0;
   virtual RowState row_state(uint32_t slot) const = 0;

@@ -280,6 +280,14 @@ void HostAgreement::divert_anew(uint32_t slot) {
   if (it != remote_.end() && it->second.state != Remote::State::kDiverted) divert_remote_rows(slot, it->second);
 }
 
+// Once a leader may have given its row back (it was asked), that row's
+// members submit there, where rank 0 does not see them.
+bool HostAgreement::partly_given_back(uint32_t slot) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = remote_.find(slot);
+  return it != remote_.end() && it->second.state != Remote::State::kDiverted;
+}
+
 // In steps: the other hosts' leaders are asked to give their rows back
 // (false until every one has acknowledged), then this host's row and the
 // stream's own are given back.

@@ -86,6 +86,7 @@ class HostAgreement final : public Agreement {
   std::vector<int> divert(uint32_t slot) override;
   bool try_undivert(uint32_t slot) override;
   void divert_anew(uint32_t slot) override;
+  bool partly_given_back(uint32_t slot) const override;
   bool take_drain_request() override;
   RowState row_state(uint32_t slot) const override;
 

@@ -90,6 +90,12 @@ milliseconds StallInspector::inspection_interval() const {
   return std::clamp(shortest / 4, milliseconds{10}, milliseconds{1000});
 }
 
+std::optional<StallInspector::Clock::time_point> StallInspector::since(const std::string& name) const {
+  auto it = first_seen_.find(name);
+  if (it == first_seen_.end()) return std::nullopt;
+  return it->second;
+}
+
 milliseconds StallInspector::report_time() const {
   milliseconds soonest{0};
   for (milliseconds limit : {options_.warning_time, divergence_watch_time(), failure_time()})

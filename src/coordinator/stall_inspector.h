@@ -72,6 +72,8 @@ class StallInspector {
   // Any call counts as activity on the set (a diverged set with activity
   // is not failed early).
   void submitted(const std::string& name, Clock::time_point now);
+  // When the clock of `name` started, if it runs.
+  std::optional<Clock::time_point> since(const std::string& name) const;
   // `name` left negotiation (it is ready, or failed validation); counts as
   // activity as of the next inspection.
   void finished(const std::string& name);

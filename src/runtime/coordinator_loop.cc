@@ -287,6 +287,16 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
     }
     waits_[slot] = AgreementWait{state.completions, std::move(state.submitted), since};
   }
+  // An op the negotiator holds while its slot is being given back in steps:
+  // members may have submitted it where the slot is the agreement's again
+  // (another host's row), out of sight; taken back likewise, by the last
+  // inspection before the op would be reported.
+  for (uint32_t slot : std::vector<uint32_t>(diverted_.begin(), diverted_.end())) {
+    const std::string& name = negotiator_.cache().request(slot).name;
+    if (!negotiator_.has_pending(name) || !agreement_.partly_given_back(slot)) continue;
+    const std::optional<Clock::time_point> since = inspector_.since(name);
+    if (since && report.count() > 0 && now - *since + interval >= report) take_back(slot, now);
+  }
 }
 
 std::vector<PendingOp> CoordinatorLoop::agreement_pending() const {

@@ -79,10 +79,16 @@ class FakeAgreement final : public control::Agreement {
     return members;
   }
   bool try_undivert(uint32_t slot) override {
+    if (refuse_undivert) return false;
     diverted.erase(slot);
     undiverted.insert(slot);
     return true;
   }
+  void divert_anew(uint32_t slot) override {
+    ++divert_anew_calls[slot];
+    given_back.erase(slot);
+  }
+  bool partly_given_back(uint32_t slot) const override { return given_back.count(slot) != 0; }
   bool take_drain_request() override { return std::exchange(drain, false); }
   uint64_t log_length() const override { return length; }
   RowState row_state(uint32_t slot) const override {
@@ -97,7 +103,9 @@ class FakeAgreement final : public control::Agreement {
   size_t room = 1 << 20;
   std::map<uint32_t, std::vector<int>> held;  // submissions by slot (set ranks)
   std::set<uint32_t> diverted, undiverted;
-  std::map<uint32_t, int> divert_calls;
+  std::map<uint32_t, int> divert_calls, divert_anew_calls;
+  bool refuse_undivert = false;  // try_undivert(): still being given back
+  std::set<uint32_t> given_back;  // partly_given_back(), until divert_anew()
   bool drain = false;
   uint32_t completions = 0;
   bool unseen = false;  // row_state(): members may hold bits out of the coordinator's sight

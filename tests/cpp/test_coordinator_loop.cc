@@ -309,6 +309,44 @@ TEST_F(CoordinatorLoopWithLane, AnOpHeldPartlyOutOfSightIsTakenBackAndOnlyItsAbs
   EXPECT_EQ(loop_.failure()->gone, std::vector<int>{1}) << loop_.failure()->reason;
 }
 
+// After a mismatch the slot is given back in steps; in the instance after
+// it set ranks 0 and 2 come to the negotiator, set rank 0 with x and set
+// rank 2 with y, while set rank 1's x waits in a row given back already
+// (another host's), out of sight. Taken back by the last inspection before
+// the report, set rank 1 is seen waiting on x: the members diverged, and
+// no member is called missing.
+TEST_F(CoordinatorLoopWithLane, AnOpNegotiatedWhileItsSlotIsPartlyGivenBackIsTakenBackBeforeItIsReported) {
+  everyone_submits(allreduce("x"));
+  agreement_.refuse_undivert = true;  // the other hosts' leaders have not all acknowledged
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("x", {8})}, {}}), now_);
+  loop_.submit_local({allreduce("x")}, now_);
+  loop_.on_message(from_member(1, MemberMessage{{allreduce("x")}, {}}), now_);
+  CoordinatorLoop::Dispatch mismatch = commit(loop_.dispatch(now_));
+  ASSERT_EQ(mismatch.responses.size(), 1u);
+  ASSERT_FALSE(mismatch.responses[0].error.empty());
+  ASSERT_EQ(agreement_.diverted, std::set<uint32_t>{0});
+  const int anew = agreement_.divert_anew_calls[0];
+
+  agreement_.given_back.insert(0);
+  loop_.submit_local({allreduce("x")}, now_);
+  loop_.on_message(from_member(2, MemberMessage{{allreduce("y")}, {}}), now_);
+  for (int at : {0, 250, 500}) {
+    loop_.inspect(now_ + milliseconds{at});
+    EXPECT_EQ(agreement_.divert_anew_calls[0], anew) << "taken back " << at << " ms after it was submitted";
+  }
+  loop_.inspect(now_ + milliseconds{750});
+  ASSERT_EQ(agreement_.divert_anew_calls[0], anew + 1) << "still held an inspection before its timeout";
+  agreement_.held[0] = {1};  // the other host's leader handed set rank 1 over
+  agreement_.drain = true;
+  EXPECT_TRUE(commit(loop_.dispatch(now_ + milliseconds{750})).responses.empty());
+  loop_.inspect(now_ + milliseconds{1000});
+  EXPECT_FALSE(loop_.failure()) << loop_.failure()->reason;
+  CoordinatorLoop::Dispatch given_up = commit(loop_.dispatch(now_ + milliseconds{1000}));
+  ASSERT_EQ(given_up.responses.size(), 2u);
+  for (const Response& response : given_up.responses)
+    EXPECT_TRUE(contains(response.error, "the ranks diverged")) << response.error;
+}
+
 TEST_F(CoordinatorLoopWithLane, AnOpTheAgreementHoldsInSightStaysWithItWhileItWaits) {
   everyone_submits(allreduce("x"));
   agreement_.held[0] = {0, 2};

@@ -315,11 +315,13 @@ TEST(HierarchicalProcesses, KilledMemberFailsAPipelinedAllreduceOnEveryHost) {
 
 // A rank's Runtime on kInterleaved hosts over the directory store at `dir`.
 Runtime interleaved_runtime(const std::string& dir, int rank, const std::vector<std::vector<int>>& sets,
-                            milliseconds op_timeout = milliseconds(60'000)) {
+                            milliseconds op_timeout = milliseconds(60'000),
+                            milliseconds divergence_timeout = RuntimeConfig{}.divergence_timeout) {
   RuntimeConfig config;
   config.rank = rank;
   config.size = kRanks;
   config.timeout = op_timeout;
+  config.divergence_timeout = divergence_timeout;
   config.start_timeout = milliseconds(60'000);
   return Runtime(config, std::make_shared<test_support::DirectoryStore>(dir), factory_for(kInterleaved, rank), sets);
 }
@@ -471,9 +473,11 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
     }
     // Step 0 is negotiated, the rest of the ops before the mismatch agree in
     // the lanes. After it, "average" goes through the coordinator until its
-    // slot is given back, a few instances at most (it used to stay there on
-    // the coordinator's host: that host's own bits took the other hosts'
-    // rows back at every instance).
+    // slot is given back, a few instances at most. (It used to stay there
+    // on the coordinator's host, ranks 0 and 2, whose own bits took the
+    // other host's row back at every instance; that host's members count
+    // their submissions into the row given back, so theirs fall short only
+    // by the instances before it was.)
     const std::string where = "rank " + std::to_string(rank);
     require(fast_before_mismatch >= kOpsAStep * (kMismatch - 2),
             where + ": " + std::to_string(fast_before_mismatch) + " fast-path hits before the mismatch");
@@ -489,7 +493,8 @@ TEST(HierarchicalProcesses, RepeatedOpsAndAMismatchAgreedThroughTheHostsLeaders)
 // Rank 3 (on the other host than the coordinator's) runs out of data
 // first and joins: the others' repeated op goes on with zeros from it (the
 // coordinator runs every op while a member has joined); once all have
-// joined, the repeats agree in the hosts' lanes again.
+// joined, the repeats agree in the hosts' lanes again (the count that
+// falls short without it is the coordinator's host's).
 TEST(HierarchicalProcesses, AJoinedMemberStandsInAndTheOpsReturnToTheLanes) {
   test_support::TemporaryDirectory dir;
   auto outcomes = run_processes(kRanks, [&](int rank) {
@@ -519,6 +524,45 @@ TEST(HierarchicalProcesses, AJoinedMemberStandsInAndTheOpsReturnToTheLanes) {
     const int64_t after = runtime.metrics(0).fast_path_hits - fast_before;
     require(after >= kAfterJoin - kInstancesToGiveBack,
             "rank " + std::to_string(rank) + ": " + std::to_string(after) + " fast-path hits after the join");
+  }, milliseconds(60'000));
+  expect_all_ok(outcomes);
+}
+
+// Right after a mismatch of "x" (its slot being given back, the other
+// host's row first), rank 3 goes on with "y" while the others submit "x",
+// rank 1 late enough that its row was given back: its "x" waits there, out
+// of the coordinator's sight, until the coordinator takes the slot back
+// before reporting. Every member is then seen waiting on an op: both ops
+// fail as diverged (rank 1 is not called missing), and the set goes on.
+TEST(HierarchicalProcesses, MembersThatDivergeWhileASlotIsGivenBackAreToldSo) {
+  test_support::TemporaryDirectory dir;
+  auto outcomes = run_processes(kRanks, [&](int rank) {
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {}, milliseconds(4000), milliseconds(1000));
+    auto allreduce = [&](const char* name, size_t count) {
+      std::vector<float> v(count, 1.0f);
+      OpArgs args;
+      args.input = TensorView{v.data(), DataType::kFloat32, {static_cast<int64_t>(count)}};
+      args.output = args.input;
+      args.name = name;
+      args.caller_waits = true;
+      runtime.enqueue(0, args)->wait();
+      return v[0];
+    };
+    const std::string at = "rank " + std::to_string(rank);
+    for (int step = 0; step < 4; ++step) require(allreduce("x", 4) == kRanks, at + ": x");
+    try {
+      allreduce("x", rank == 3 ? 5 : 4);
+      require(false, at + ": a mismatched x succeeded");
+    } catch (const Mismatch&) {
+    }
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(300));
+    try {
+      allreduce(rank == 3 ? "y" : "x", 4);
+      require(false, at + ": an op of diverged members succeeded");
+    } catch (const std::exception& e) {
+      require(std::string(e.what()).find("diverged") != std::string::npos, at + ": " + e.what());
+    }
+    require(allreduce("z", 4) == kRanks, at + ": z after the divergence");
   }, milliseconds(60'000));
   expect_all_ok(outcomes);
 }
