@@ -537,7 +537,7 @@ TEST(HierarchicalProcesses, AJoinedMemberStandsInAndTheOpsReturnToTheLanes) {
 TEST(HierarchicalProcesses, MembersThatDivergeWhileASlotIsGivenBackAreToldSo) {
   test_support::TemporaryDirectory dir;
   auto outcomes = run_processes(kRanks, [&](int rank) {
-    Runtime runtime = interleaved_runtime(dir.path(), rank, {}, milliseconds(4000), milliseconds(1000));
+    Runtime runtime = interleaved_runtime(dir.path(), rank, {}, milliseconds(8000), milliseconds(1000));
     auto allreduce = [&](const char* name, size_t count) {
       std::vector<float> v(count, 1.0f);
       OpArgs args;
