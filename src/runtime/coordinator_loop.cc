@@ -267,6 +267,11 @@ void CoordinatorLoop::abandon(const std::string& reason, Clock::time_point now) 
 // path).
 void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
   const milliseconds report = inspector_.report_time(), interval = inspector_.inspection_interval();
+  // Whether an op waiting since `since` would be reported before the next
+  // inspection.
+  const auto reported_next = [&](Clock::time_point since) {
+    return report.count() > 0 && now - since + interval >= report;
+  };
   const size_t rows = agreed_rows();
   for (uint32_t slot = 0; slot < rows; ++slot) {
     const std::string& name = negotiator_.cache().request(slot).name;
@@ -281,7 +286,7 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
     if (!waiting) continue;
     if (it == waits_.end()) inspector_.submitted(name, now);
     const Clock::time_point since = it == waits_.end() ? now : it->second.since;
-    if (state.unseen && report.count() > 0 && now - since + interval >= report) {
+    if (state.unseen && reported_next(since)) {
       take_back(slot, now);  // its stall clock goes on under the negotiator
       continue;
     }
@@ -295,7 +300,7 @@ void CoordinatorLoop::inspect_agreement(Clock::time_point now) {
     const std::string& name = negotiator_.cache().request(slot).name;
     if (!negotiator_.has_pending(name) || !agreement_.partly_given_back(slot)) continue;
     const std::optional<Clock::time_point> since = inspector_.since(name);
-    if (since && report.count() > 0 && now - *since + interval >= report) take_back(slot, now);
+    if (since && reported_next(*since)) take_back(slot, now);
   }
 }
 
