@@ -35,8 +35,8 @@ std::shared_ptr<Work> ProgressEngine::submit(Request request, TensorView input, 
   Submitter::Submitted submitted = submitter_.submit(std::move(request), std::move(input), std::move(output),
                                                      weak_from_this());
   if (submitted.slot) {
-    telemetry_.cache_lookup(true);
-    if (executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried))) telemetry_.fast_path_hit();
+    const bool fast_path = executor_.enter(*submitted.slot, caller_waits, std::move(submitted.carried));
+    telemetry_.cache_lookup(true, fast_path);
     // The engine thread completes an op nobody waits for, so it must hear
     // the peers' messages: a set still lent to a caller is watched by no
     // thread of the pool.

@@ -89,15 +89,11 @@ void SetTelemetry::agreed(const std::string& name, bool fused_with_others, Clock
          "\"slowest_rank\": " + std::to_string(slowest) + ", \"fused\": " + (fused_with_others ? "true" : "false"));
 }
 
-void SetTelemetry::cache_lookup(bool hit) {
+void SetTelemetry::cache_lookup(bool hit, bool fast_path) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++metrics_.cache_lookups;
   if (hit) ++metrics_.cache_hits;
-}
-
-void SetTelemetry::fast_path_hit() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++metrics_.fast_path_hits;
+  if (fast_path) ++metrics_.fast_path_hits;
 }
 
 void SetTelemetry::executed(OpType op, const std::vector<RunTensor>& tensors, const OpTimes& times) {

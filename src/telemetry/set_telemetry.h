@@ -66,12 +66,11 @@ class SetTelemetry {
   void submitted(const std::string& name, OpType op, int set_rank, Clock::time_point now);
   // Coordinator: `name` left negotiation.
   void agreed(const std::string& name, bool fused_with_others, Clock::time_point now);
-  // Any member: a cacheable op was submitted; `hit`: the cache knew it.
-  void cache_lookup(bool hit);
-  // Any member: a cache hit the agreement took where it was submitted
-  // (the fast lane, the agreement between hosts), not diverting it to the
+  // Any member: a cacheable op was submitted; `hit`: the cache knew it;
+  // `fast_path`: the agreement took the hit where it was submitted (the
+  // fast lane, the agreement between hosts), not diverting it to the
   // coordinator.
-  void fast_path_hit();
+  void cache_lookup(bool hit, bool fast_path = false);
   void executed(OpType op, const std::vector<RunTensor>& tensors, const OpTimes& times);
   void failed(OpType op, const std::vector<std::string>& names, const std::string& error);
   void stall(const std::string& warning);
