@@ -17,8 +17,9 @@ a shared virtual machine moves several-fold from minute to minute (it spins
 without end, so it runs only where every rank has a CPU of its own).
 
 Each peer runs as its own job under horarun; every rank times in-place
-float32 allreduces (Sum) after a warm-up, and the slowest rank's median per
-size is taken. Every peer runs --rounds times (3), in an order that rotates
+float32 allreduces (Sum) for about a quarter of a second per size (at least
+200 ops up to 16 KiB, 30 up to 4 MiB, 6 above) after a warm-up of a fifth
+as many, and the slowest rank's median per size is taken. Every peer runs --rounds times (3), in an order that rotates
 from round to round, and the median over rounds is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
 define it. hora on MPI and mpi4py run under mpirun (horarun --mpi), the others
 under horarun. Not a test: it prints a table and, for each other peer, its
@@ -38,6 +39,7 @@ SIZES = [4 << (4 * i) for i in range(7)]  # 4 B, 64 B, 1 KiB, 16 KiB, 256 KiB, 4
 
 
 def iterations(nbytes):
+    """The fewest ops a size is timed over."""
     if nbytes <= 16 << 10:
         return 200
     if nbytes <= 4 << 20:
@@ -45,12 +47,46 @@ def iterations(nbytes):
     return 6
 
 
+# A size is timed over about SIZE_SECONDS of ops (at least iterations(),
+# at most MOST_ITERATIONS), after a warm-up of a fifth as many. 200 ops of 4
+# bytes right after start-up last 2-3 ms: a figure of the scheduler's first
+# placement of the ranks (two ranks that start on one CPU stay there for
+# tens of milliseconds, docs/performance.md, "Steady state, not start-up"),
+# not of the steady state a training job runs in.
+SIZE_SECONDS = 0.25
+MOST_ITERATIONS = 20000
+CALIBRATION = 10
+
+
+def like(buf, values):
+    """A new 1-D buffer of `buf`'s kind and type holding `values`."""
+    if hasattr(buf, "new_tensor"):  # torch
+        return buf.new_tensor(values)
+    import numpy as np
+
+    return np.array(values, dtype=buf.dtype)
+
+
+def ops_to_time(allreduce_, buf, nbytes):
+    """How many ops to time, the same on every rank: each rank's time per op
+    over a few ops, averaged over the ranks through the peer's own
+    allreduce."""
+    start = time.perf_counter()
+    for _ in range(CALIBRATION):
+        allreduce_(buf)
+    took_and_one = like(buf, [(time.perf_counter() - start) / CALIBRATION, 1.0])
+    allreduce_(took_and_one)
+    mean = float(took_and_one[0]) / float(took_and_one[1])
+    return int(min(max(iterations(nbytes), SIZE_SECONDS / max(mean, 1e-9)), MOST_ITERATIONS))
+
+
 def time_loop(allreduce_, buffers, nbytes):
     buf = buffers[nbytes]
-    for _ in range(3):
+    count = ops_to_time(allreduce_, buf, nbytes)
+    for _ in range(count // 5):
         allreduce_(buf)
     samples = []
-    for _ in range(iterations(nbytes)):
+    for _ in range(count):
         start = time.perf_counter()
         allreduce_(buf)
         samples.append(time.perf_counter() - start)

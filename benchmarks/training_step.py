@@ -36,11 +36,13 @@ hora.mxnet.DistributedOptimizer (the optimizer's per-update path). MXNet's own d
 its parameter servers and is not a peer here; the figure to read is the scaling efficiency.
 
 --two-tasks: 4 ranks on this host, two tasks on the sets [0, 1] and [2, 3], each training the model with
-hora. "Alone": the first task trains while ranks 2 and 3 run the same model's steps with no
-communication (the same load on the cores, so that only what the tasks' communication costs each other
-is compared); "together": both train. Prints each task's steps/s together over alone, for hora and, on
-the same ranks, for torch DDP on two Gloo groups. With 4 ranks on 2 cores every figure is a share of the
-cores: the ratio is what matters. Beside them, how fast two memory-bound loops (64 MiB copied and added
+hora. "Together": both train. Against two figures of the first task alone: "alone, busy", while ranks 2
+and 3 run the same model's steps with no communication (a load on the cores, so that what remains is
+what the tasks' communication costs each other), and "alone, idle", while ranks 2 and 3 wait; together
+over alone, idle is then set against the share of the cores each task has when both run (half, with 4
+ranks on 2 cores). Every rank keeps stepping, untimed, until all have finished their timed steps, so
+that no task times part of its steps with the cores to itself. Prints each task's steps/s together over
+both, for hora and, on the same ranks, for torch DDP on two Gloo groups. Beside them, how fast two memory-bound loops (64 MiB copied and added
 to, as a step's gradients are) run at once, each over one alone: two tasks whose steps copy at the same
 moment share the memory bandwidth too. Not a test.
 """
@@ -49,6 +51,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,6 +109,30 @@ def timed_steps(step, steps, warm_up):
     return steps / (time.perf_counter() - start)
 
 
+def two_task_steps(step, steps, warm_up, mode, flags, training, min_over_task):
+    """A rank's steps/s in --two-tasks `mode` (0 for a rank that idles).
+    After its timed steps the rank keeps loading the cores as before: it
+    runs untimed steps until every rank of the job has finished its timed
+    ones (a file each in `flags`). Otherwise a task that finishes first
+    leaves the other the cores for the rest of its timed steps, which makes
+    that one look faster than it trains beside the first. A rank that is
+    `training` communicates in its steps, so its task's ranks agree on when
+    all are done (`min_over_task(x)`: the least x over the task's ranks)
+    and run as many steps."""
+    stepping = training or mode != "idle"
+    rate = timed_steps(step, steps, warm_up) if stepping else 0.0
+    open(os.path.join(flags, f"done.{os.environ['HORA_RANK']}"), "w").close()
+    size = int(os.environ["HORA_SIZE"])
+    while stepping:
+        done = all(os.path.exists(os.path.join(flags, f"done.{r}")) for r in range(size))
+        if training:
+            done = min_over_task(1.0 if done else 0.0) == 1.0
+        if done:
+            break
+        step()
+    return rate
+
+
 def sgd_step(model, optimizer, batch, loss_of):
     def step():
         optimizer.zero_grad()
@@ -123,7 +150,7 @@ def worker_single(model_name, steps, warm_up):
     return timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
 
 
-def worker_hora(model_name, steps, warm_up, two_tasks=None):
+def worker_hora(model_name, steps, warm_up, two_tasks=None, flags=None):
     import torch
 
     import hora.torch as hvd
@@ -144,13 +171,18 @@ def worker_hora(model_name, steps, warm_up, two_tasks=None):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              process_set=process_set)
     hvd.barrier()
-    rate = timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
+    step = sgd_step(model, optimizer, batch, loss_of)
+    if two_tasks is None:
+        rate = timed_steps(step, steps, warm_up)
+    else:
+        rate = two_task_steps(step, steps, warm_up, two_tasks, flags, training, lambda x: hvd.allreduce(
+            torch.tensor([x]), op=hvd.Min, name="all_timed", process_set=process_set).item())
     hvd.barrier()
     hvd.shutdown()
     return {"rate": rate, "task": process_set.ranks[0]} if two_tasks is not None else rate
 
 
-def worker_ddp(model_name, steps, warm_up, master, two_tasks=None):
+def worker_ddp(model_name, steps, warm_up, master, two_tasks=None, flags=None):
     import torch
     import torch.distributed as dist
 
@@ -163,11 +195,20 @@ def worker_ddp(model_name, steps, warm_up, master, two_tasks=None):
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         task = 0 if rank < 2 else 2
         group = groups[task // 2]
-    if two_tasks == "together" or task == 0 or two_tasks is None:
+    training = two_tasks == "together" or task == 0 or two_tasks is None
+    if training:
         model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     dist.barrier()
-    rate = timed_steps(sgd_step(model, optimizer, batch, loss_of), steps, warm_up)
+    step = sgd_step(model, optimizer, batch, loss_of)
+    if two_tasks is None:
+        rate = timed_steps(step, steps, warm_up)
+    else:
+        def min_over_task(x):
+            value = torch.tensor([x])
+            dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group)
+            return value.item()
+        rate = two_task_steps(step, steps, warm_up, two_tasks, flags, training, min_over_task)
     dist.barrier()
     dist.destroy_process_group()
     return {"rate": rate, "task": task} if two_tasks is not None else rate
@@ -181,11 +222,14 @@ def run_peer(peer, model_name, np_, args, launcher=(), env=None, two_tasks=None)
     steps = steps_for(model_name, args.steps)
     master = f"{HOSTS[0] if args.hosts else '127.0.0.1'}:{free_port()}"
     argv = [sys.executable, os.path.abspath(__file__), "--worker", peer, "--models", model_name,
-            "--steps", str(steps), "--master", master] + (["--two-tasks-mode", two_tasks] if two_tasks else [])
+            "--steps", str(steps), "--master", master]
     if peer == "single":
         np_, launcher = 1, ()
-    per_rank = run_job(np_, argv, env, launcher_args=launcher, cwd=REPO, timeout=1800,
-                       what=f"{peer} {model_name}")
+    with tempfile.TemporaryDirectory(prefix="hora-two-tasks-") as flags:
+        if two_tasks:
+            argv += ["--two-tasks-mode", two_tasks, "--flags", flags]
+        per_rank = run_job(np_, argv, env, launcher_args=launcher, cwd=REPO, timeout=1800,
+                           what=f"{peer} {model_name}")
     if two_tasks:
         return {task: min(r["rate"] for r in per_rank if r["task"] == task) for task in (0, 2)}
     return min(per_rank)
@@ -451,22 +495,29 @@ def memory_share(rounds):
 
 
 def two_tasks(models, args):
-    print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {os.cpu_count()} cores: each task's "
-          f"steps/s, median of {args.rounds} rounds; ddp: the same with torch DDP on two Gloo groups")
+    cores = os.cpu_count()
+    share = min(1.0, cores / 4)  # of the cores, each task's when both run
+    print(f"\ntwo tasks on sets [0, 1] and [2, 3] of 4 ranks on {cores} cores: each task's steps/s, median of "
+          f"{args.rounds} rounds; ddp: the same with torch DDP on two Gloo groups")
     print(f"memory: two 64 MiB copy-and-add loops at once (one CPU each) each run at "
           f"{memory_share(args.rounds):.0%} of one alone", flush=True)
-    print(f"{'model':>12} {'peer':>5} {'alone':>9} {'together A':>11} {'together B':>11} {'A':>7} {'B':>7}",
-          flush=True)
+    print("alone, idle: the first task trains, ranks 2 and 3 idle; alone, busy: ranks 2 and 3 run the same "
+          "steps without communication; /busy: together over alone, busy; /share: together over alone, idle, "
+          f"times the task's share of the cores together ({share:.0%})")
+    print(f"{'model':>12} {'peer':>5} {'alone,idle':>11} {'alone,busy':>11} {'together A':>11} {'together B':>11} "
+          f"{'A/busy':>7} {'B/busy':>7} {'A/share':>8} {'B/share':>8}", flush=True)
     for model_name in models:
         for peer in ("hora", "ddp"):
-            alone, together = [], []
+            idle, busy, together = [], [], []
             for _ in range(args.rounds):
-                alone.append(run_peer(peer, model_name, 4, args, two_tasks="alone")[0])
+                idle.append(run_peer(peer, model_name, 4, args, two_tasks="idle")[0])
+                busy.append(run_peer(peer, model_name, 4, args, two_tasks="alone")[0])
                 together.append(run_peer(peer, model_name, 4, args, two_tasks="together"))
-            a = statistics.median(alone)
+            i, b = statistics.median(idle), statistics.median(busy)
             t = {task: statistics.median(x[task] for x in together) for task in (0, 2)}
-            print(f"{model_name:>12} {peer:>5} {a:>9.1f} {t[0]:>11.1f} {t[2]:>11.1f} {t[0] / a:>6.0%} "
-                  f"{t[2] / a:>6.0%}", flush=True)
+            print(f"{model_name:>12} {peer:>5} {i:>11.1f} {b:>11.1f} {t[0]:>11.1f} {t[2]:>11.1f} "
+                  f"{t[0] / b:>6.0%} {t[2] / b:>6.0%} {t[0] / (i * share):>7.0%} {t[2] / (i * share):>7.0%}",
+                  flush=True)
 
 
 def main():
@@ -484,6 +535,7 @@ def main():
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--master", help=argparse.SUPPRESS)
     parser.add_argument("--two-tasks-mode", help=argparse.SUPPRESS)
+    parser.add_argument("--flags", help=argparse.SUPPRESS)
     args = parser.parse_args()
     models = args.models.split(",")
 
@@ -496,9 +548,9 @@ def main():
         elif args.worker == "single":
             print_result(worker_single(models[0], args.steps, warm_up))
         elif args.worker == "hora":
-            print_result(worker_hora(models[0], args.steps, warm_up, args.two_tasks_mode))
+            print_result(worker_hora(models[0], args.steps, warm_up, args.two_tasks_mode, args.flags))
         else:
-            print_result(worker_ddp(models[0], args.steps, warm_up, args.master, args.two_tasks_mode))
+            print_result(worker_ddp(models[0], args.steps, warm_up, args.master, args.two_tasks_mode, args.flags))
             # torch 2.13's Gloo process group sometimes aborts the
             # interpreter's exit ("terminate called without an active
             # exception", after destroy_process_group()); the figure is out.
