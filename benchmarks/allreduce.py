@@ -19,9 +19,10 @@ without end, so it runs only where every rank has a CPU of its own).
 Each peer runs as its own job under horarun; every rank times in-place
 float32 allreduces (Sum) for about a quarter of a second per size (at least
 200 ops up to 16 KiB, 30 up to 4 MiB, 6 above) after a warm-up of a fifth
-as many, and the slowest rank's median per size is taken. Every peer runs --rounds times (3), in an order that rotates
-from round to round, and the median over rounds is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as nccl-tests
-define it. hora on MPI and mpi4py run under mpirun (horarun --mpi), the others
+as many, and the slowest rank's median per size is taken. Every peer runs
+--rounds times (3), in an order that rotates from round to round, and the
+median over rounds is reported. Bus bandwidth = bytes * 2(n-1)/n / time, as
+nccl-tests define it. hora on MPI and mpi4py run under mpirun (horarun --mpi), the others
 under horarun. Not a test: it prints a table and, for each other peer, its
 time over hora's (above 1: hora is faster).
 """

@@ -30,8 +30,9 @@ Peers, each its own job started through `horarun --launch-agent
   of the same local rank on the other host (Horovod's hierarchical shape).
 Every rank times in-place float32 Sum allreduces for about a quarter of a
 second per size after a warm-up (benchmarks/allreduce.py; the C++ core and
-the floor time their own counts); a size's figure is the slowest rank's median, and each peer's figure the median over
---rounds runs in rotating order. Beside them: the raw TCP round trip of 8
+the floor time their own counts); a size's figure is the slowest rank's
+median, and each peer's figure the median over --rounds runs in rotating
+order. Beside them: the raw TCP round trip of 8
 bytes between the two hosts (Python, TCP_NODELAY) and, under a rate limit,
 the link's bound for a bandwidth-optimal allreduce (each host sends and
 receives the whole buffer once: bytes * 8 / rate). Ratios are each peer's

@@ -42,9 +42,9 @@ what the tasks' communication costs each other), and "alone, idle", while ranks 
 over alone, idle is then set against the share of the cores each task has when both run (half, with 4
 ranks on 2 cores). Every rank keeps stepping, untimed, until all have finished their timed steps, so
 that no task times part of its steps with the cores to itself. Prints each task's steps/s together over
-both, for hora and, on the same ranks, for torch DDP on two Gloo groups. Beside them, how fast two memory-bound loops (64 MiB copied and added
-to, as a step's gradients are) run at once, each over one alone: two tasks whose steps copy at the same
-moment share the memory bandwidth too. Not a test.
+both, for hora and, on the same ranks, for torch DDP on two Gloo groups. Beside them, how fast two
+memory-bound loops (64 MiB copied and added to, as a step's gradients are) run at once, each over one
+alone: two tasks whose steps copy at the same moment share the memory bandwidth too. Not a test.
 """
 
 import argparse
@@ -511,7 +511,7 @@ def two_tasks(models, args):
             idle, busy, together = [], [], []
             for _ in range(args.rounds):
                 idle.append(run_peer(peer, model_name, 4, args, two_tasks="idle")[0])
-                busy.append(run_peer(peer, model_name, 4, args, two_tasks="alone")[0])
+                busy.append(run_peer(peer, model_name, 4, args, two_tasks="busy")[0])
                 together.append(run_peer(peer, model_name, 4, args, two_tasks="together"))
             i, b = statistics.median(idle), statistics.median(busy)
             t = {task: statistics.median(x[task] for x in together) for task in (0, 2)}
