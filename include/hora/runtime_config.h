@@ -66,6 +66,12 @@ struct RuntimeConfig {
   // segment first (HORA_AGREEMENT=leaders, the default); false: every
   // member's record goes through the coordinator (HORA_AGREEMENT=stream).
   bool host_agreement = true;
+  // Where a machine runs more of the job's ranks than it has CPUs and they
+  // belong to several hosts (containers or network namespaces of one
+  // machine), each rank keeps its threads on one CPU, a host's ranks
+  // together (HORA_BIND=auto, the default; none: never). A process whose
+  // CPUs a launcher or cpuset narrowed is left as it is.
+  bool place_ranks = true;
   // Every set of this rank is run by one pool of threads
   // (HORA_PROGRESS_POOL=0: a thread per set).
   bool progress_pool = true;

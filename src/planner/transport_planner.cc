@@ -140,6 +140,7 @@ PlannerOptions planner_options(const RuntimeConfig& config) {
   options.link_timeout = config.link_timeout;
   options.stream_agreement = config.stream_agreement;
   options.host_agreement = config.host_agreement;
+  options.place_ranks = config.place_ranks;
   return options;
 }
 
@@ -207,6 +208,7 @@ SetTransports TransportPlanner::connect(const std::vector<int>& global_ranks, in
     const std::shared_ptr<shm::HeadStart> head = take_head_start(*set_store);
     if (!head) hosts_->publish(global_ranks, rank, *set_store);
     identities = hosts_->of(global_ranks, rank, *set_store, timeout, cancelled);
+    if (static_cast<int>(global_ranks.size()) == options_.shm->world_size) place_on_machine(identities, my_global_rank);
     const hierarchical::HostLayout layout = hierarchical::plan_hosts(identities);
     if (layout.hosts.size() == 1) {
       if (auto shared = connect_shared(global_ranks, rank, *set_store, timeout, cancelled, head.get()))
@@ -333,6 +335,29 @@ SetTransports TransportPlanner::connect_network(const std::vector<int>& global_r
   transports.control = network_control(global_ranks, rank, *set_store, timeout, cancelled);
   transports.backend = network_->create(global_ranks, global_ranks[rank], set_store, timeout, cancelled);
   return transports;
+}
+
+// The machine's ranks in blocks by host (hosts in the order of their lowest
+// global rank, ranks in global-rank order inside a host): a host's members
+// share a CPU where the hosts outnumber the CPUs no more than the ranks do.
+void TransportPlanner::place_on_machine(const std::vector<std::string>& identities, int my_global_rank) {
+  std::lock_guard<std::mutex> lock(placement_mutex_);
+  if (placed_ || !options_.place_ranks || in_process_) return;
+  placed_ = true;
+  const std::string machine = machine_named(identities[static_cast<size_t>(my_global_rank)]);
+  if (machine.empty()) return;
+  std::vector<std::string> hosts;  // in order of their lowest global rank
+  std::vector<std::pair<size_t, int>> ranks;  // (host, global rank) of this machine's ranks
+  for (size_t r = 0; r < identities.size(); ++r) {
+    if (machine_named(identities[r]) != machine) continue;
+    auto host = std::find(hosts.begin(), hosts.end(), identities[r]);
+    if (host == hosts.end()) host = hosts.insert(hosts.end(), identities[r]);
+    ranks.emplace_back(static_cast<size_t>(host - hosts.begin()), static_cast<int>(r));
+  }
+  if (hosts.size() < 2) return;
+  std::sort(ranks.begin(), ranks.end());
+  const auto mine = std::find_if(ranks.begin(), ranks.end(), [&](const auto& r) { return r.second == my_global_rank; });
+  placement_ = CpuPlacement::place(static_cast<int>(mine - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
 int TransportPlanner::machine_ranks() const {

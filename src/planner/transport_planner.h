@@ -20,6 +20,7 @@
 #include "transport/backend.h"
 #include "transport/shm/fast_lane.h"
 #include "transport/shm/segment_setup.h"
+#include "util/cpu_placement.h"
 
 namespace hora {
 
@@ -80,6 +81,11 @@ struct PlannerOptions {
   // between their leaders (SetTransports::agreement); false: by the stream
   // agreement among every member.
   bool host_agreement = true;
+  // Where this machine runs more of the job's ranks than it has CPUs, and
+  // they belong to several host identities (containers or network
+  // namespaces of one machine), each rank holds its threads on one CPU
+  // (util/cpu_placement.h; HORA_BIND=none: never).
+  bool place_ranks = true;
 };
 
 // The options a job's RuntimeConfig asks for: shared memory for a job of
@@ -148,6 +154,9 @@ class TransportPlanner {
   // this host (0: unknown): several hosts of the job may be containers or
   // network namespaces of one machine, their ranks sharing its cores.
   int machine_ranks() const;
+  // Once the job's set has taught every rank's identity (`identities`, by
+  // global rank): this rank's place on a crowded machine (place_ranks).
+  void place_on_machine(const std::vector<std::string>& identities, int my_global_rank);
 
   const std::unique_ptr<BackendFactory> network_;
   const PlannerOptions options_;
@@ -156,6 +165,9 @@ class TransportPlanner {
   std::optional<shm::SegmentSetup> segments_;        // with shared memory only
   std::mutex head_starts_mutex_;
   std::map<const Store*, std::weak_ptr<shm::HeadStart>> head_starts_;  // by set store
+  std::mutex placement_mutex_;
+  bool placed_ = false;                      // guarded by placement_mutex_
+  std::unique_ptr<CpuPlacement> placement_;  // guarded by placement_mutex_; null: not placed
 };
 
 std::unique_ptr<TransportPlanner> make_transport_planner(std::unique_ptr<BackendFactory> network,

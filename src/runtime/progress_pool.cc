@@ -295,13 +295,14 @@ void ProgressPool::arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_poi
 
 // Disarms the set's control plane and takes it off its watch.
 void ProgressPool::disarm_locked(Slot& slot) {
-  slot.lent.store(false, std::memory_order_release);
+  // A lent set's descriptors are off the watch already; the others stay
+  // there (armed again by arm_locked()) unless the set is dropped.
+  if (slot.lent.exchange(false, std::memory_order_acq_rel)) slot.lent_fds.clear();
   if (slot.armed) {
-    for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
-    slot.fds.clear();
     slot.client->control().disarm();
     slot.armed = false;
   }
+  if (slot.removed) forget_descriptors_locked(slot);
   if (Watch* watch = std::exchange(slot.watch, nullptr))
     std::erase_if(watch->slots, [&](const std::shared_ptr<Slot>& listed) { return listed.get() == &slot; });
   slot.due = Clock::time_point::max();

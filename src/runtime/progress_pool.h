@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -149,6 +150,7 @@ class ProgressPool {
   void watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& watch);
   bool watch_descriptors_locked(Slot& slot, const std::vector<int>& fds);
   bool rewatch_locked(Slot& slot);
+  void forget_descriptors_locked(Slot& slot);
   void run(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Slot>& slot);
   void notify_locked(const std::shared_ptr<Slot>& slot, bool staff = true);
   void arm_locked(const std::shared_ptr<Slot>& slot, Clock::time_point due);
@@ -168,6 +170,7 @@ class ProgressPool {
   std::deque<std::shared_ptr<Slot>> ready_;
   std::vector<std::unique_ptr<Watch>> watches_;  // the descriptor watch first
   uint64_t last_id_ = 0;
+  std::map<uint64_t, Slot*> registered_;  // by id: sets with descriptors in the watch
   std::vector<Worker*> idle_;  // most recently idle last
   int threads_ = 0;
   int running_ = 0;  // threads in a set's service() outside a BlockingScope

@@ -20,14 +20,18 @@ namespace {
 using progress_pool_parts::kCoalesce;
 using std::chrono::milliseconds;
 
-// Puts one of set `id`'s descriptors on the watch; false, with a warning,
-// when the kernel refuses it (`rewatch`: a descriptor of a lent set that
-// is there already counts as put).
-bool add_to_watch(int epoll, uint64_t id, int fd, bool rewatch) {
+// The descriptor watch's key of a set's `index`th descriptor (0 is the
+// watch's own eventfd; set ids start at 1).
+uint64_t descriptor_key(uint64_t id, size_t index) { return id << 32 | static_cast<uint32_t>(index); }
+
+// Puts a set's descriptor on the watch (`op`: EPOLL_CTL_ADD, or
+// EPOLL_CTL_MOD for one that fired); false, with a warning, when the kernel
+// refuses it.
+bool watch_one(int epoll, int op, uint64_t key, int fd) {
   epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.u64 = id;
-  if (epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) == 0 || (rewatch && errno == EEXIST)) return true;
+  event.events = EPOLLIN | EPOLLONESHOT;
+  event.data.u64 = key;
+  if (epoll_ctl(epoll, op, fd, &event) == 0) return true;
   log_warning(std::string("progress pool: cannot watch a control connection: ") + std::strerror(errno));
   return false;
 }
@@ -43,7 +47,9 @@ bool ProgressPool::borrow(Slot& slot) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (slot.removed || !slot.armed || slot.fds.empty()) return false;
   if (!slot.state.compare_exchange_strong(idle, Slot::kRunning)) return false;
-  for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
+  std::vector<int> fds = slot.fds;
+  forget_descriptors_locked(slot);
+  slot.lent_fds = std::move(fds);
   slot.lent.store(true, std::memory_order_release);
   return true;
 }
@@ -106,12 +112,16 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
     rung.clear();
     for (int i = 0; i < count; ++i) {
       if (events[i].data.u64 != 0) {
-        rung.push_back(events[i].data.u64);
+        rung.push_back(events[i].data.u64 >> 32);
         continue;
       }
       uint64_t drained;
       while (read(watch.bell, &drained, sizeof drained) > 0) {
       }
+    }
+    for (int i = 0; i < count; ++i) {
+      auto it = registered_.find(events[i].data.u64 >> 32);
+      if (it != registered_.end()) it->second->fired.push_back(static_cast<uint32_t>(events[i].data.u64));
     }
     const auto soon = Clock::now() + kCoalesce;
     for (size_t i = 0; i < watch.slots.size();) {
@@ -127,17 +137,28 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
   }
 }
 
-// Adds the slot's descriptors to the epoll set; false (none added, and the
-// slot looked at again soon) when the kernel refuses one.
+// Puts the slot's descriptors on the watch: where they are there already,
+// only those that fired since; false (none left on it, and the slot looked
+// at again soon) when the kernel refuses one.
 bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& fds) {
   const int epoll = watches_.front()->epoll;
-  for (int fd : fds) {
-    if (add_to_watch(epoll, slot.id, fd, /*rewatch=*/false)) {
-      slot.fds.push_back(fd);
+  if (!slot.fds.empty() && slot.fds == fds) {
+    for (uint32_t index : slot.fired) {
+      if (watch_one(epoll, EPOLL_CTL_MOD, descriptor_key(slot.id, index), fds[index])) continue;
+      forget_descriptors_locked(slot);
+      return false;
+    }
+    slot.fired.clear();
+    return true;
+  }
+  forget_descriptors_locked(slot);
+  registered_[slot.id] = &slot;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (watch_one(epoll, EPOLL_CTL_ADD, descriptor_key(slot.id, i), fds[i])) {
+      slot.fds.push_back(fds[i]);
       continue;
     }
-    for (int added : slot.fds) epoll_ctl(epoll, EPOLL_CTL_DEL, added, nullptr);
-    slot.fds.clear();
+    forget_descriptors_locked(slot);
     return false;
   }
   return true;
@@ -146,10 +167,18 @@ bool ProgressPool::watch_descriptors_locked(Slot& slot, const std::vector<int>& 
 // A lent set's descriptors go back on the watch; false (left off) when the
 // kernel refuses one.
 bool ProgressPool::rewatch_locked(Slot& slot) {
-  for (int fd : slot.fds)
-    if (!add_to_watch(watches_.front()->epoll, slot.id, fd, /*rewatch=*/true)) return false;
+  const std::vector<int> fds = std::move(slot.lent_fds);
+  slot.lent_fds.clear();
   slot.lent.store(false, std::memory_order_release);
-  return true;
+  return watch_descriptors_locked(slot, fds);
+}
+
+// Takes the slot's descriptors off the watch.
+void ProgressPool::forget_descriptors_locked(Slot& slot) {
+  for (int fd : slot.fds) epoll_ctl(watches_.front()->epoll, EPOLL_CTL_DEL, fd, nullptr);
+  slot.fds.clear();
+  slot.fired.clear();
+  registered_.erase(slot.id);
 }
 
 }  // namespace hora

@@ -38,7 +38,14 @@ struct ProgressPool::Slot : std::enable_shared_from_this<Slot> {
   bool removed = false;
   bool armed = false;
   FutexWait wait;
-  std::vector<int> fds;  // armed as descriptors, in the descriptor watch
+  // Its descriptors in the descriptor watch, each one-shot: the kernel
+  // takes one off once it fires, and arming the set puts back only those
+  // that fired (`fired`, indices into fds), where the set is armed by the
+  // same descriptors again: a set woken by one message costs one system
+  // call to watch again, not two for each of its descriptors.
+  std::vector<int> fds;
+  std::vector<uint32_t> fired;
+  std::vector<int> lent_fds;  // taken off the watch while lent (borrow())
   Clock::time_point due = Clock::time_point::max();
   Watch* watch = nullptr;  // listed there while idle
   // Its descriptors (listed in fds) are off the watch: lent to a caller

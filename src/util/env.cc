@@ -168,6 +168,9 @@ RuntimeConfig runtime_config_from_env() {
     throw InvalidArgument("HORA_AGREEMENT=" + agreement + " is none of 'leaders', 'stream' and 'negotiated'");
   c.stream_agreement = agreement != "negotiated";
   c.host_agreement = agreement == "leaders";
+  const std::string bind = read_string({"HORA_BIND"}, "auto");
+  if (bind != "auto" && bind != "none") throw InvalidArgument("HORA_BIND=" + bind + " is neither 'auto' nor 'none'");
+  c.place_ranks = bind == "auto";
   c.progress_pool = read_int({"HORA_PROGRESS_POOL"}, 1) != 0;
   const long long slot_bytes = read_int({"HORA_SHM_SLOT_BYTES"}, 0);
   if (slot_bytes < 0) throw InvalidArgument("HORA_SHM_SLOT_BYTES must not be negative");

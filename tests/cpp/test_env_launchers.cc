@@ -50,7 +50,7 @@ class Environment {
       "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
       "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
       "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NNODES", "SLURM_STEP_NUM_NODES",
-      "HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "HORA_AGREEMENT"};
+      "HORA_NETWORK_INTERFACES", "HOROVOD_GLOO_IFACE", "HORA_AGREEMENT", "HORA_BIND"};
 
   void save(const std::string& name) {
     for (const auto& entry : saved_)
@@ -167,6 +167,22 @@ TEST(EnvLaunchers, BackendFromHoraOrHorovodNames) {
     FAIL() << "an unknown backend was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("HORA_BACKEND='nccl' must be tcp, gloo or mpi"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EnvLaunchers, RanksArePlacedByDefaultNeverOnRequestElseRefused) {
+  Environment env;
+  EXPECT_TRUE(runtime_config_from_env().place_ranks);
+  env.set("HORA_BIND", "none");
+  EXPECT_FALSE(runtime_config_from_env().place_ranks);
+  env.set("HORA_BIND", "auto");
+  EXPECT_TRUE(runtime_config_from_env().place_ranks);
+  env.set("HORA_BIND", "core");
+  try {
+    runtime_config_from_env();
+    FAIL() << "an unknown placement was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HORA_BIND=core is neither 'auto' nor 'none'"), std::string::npos) << e.what();
   }
 }
 

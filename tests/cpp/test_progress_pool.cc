@@ -184,6 +184,109 @@ TEST(ProgressPool, RunsASetWhoseControlPlaneIsDescriptorsWhenOneIsReadable) {
   pool.remove(*slot_b);
 }
 
+// A set armed by several descriptors (as a coordinator's TCP connections
+// are): `during(run)` runs inside service(), after it read them.
+class SeveralDescriptorsSet final : public ProgressPool::Client {
+ public:
+  explicit SeveralDescriptorsSet(size_t count) : planes(count) {}
+  std::optional<Clock::time_point> service() override {
+    for (auto& plane : planes) plane.receive(Clock::now());
+    const int run = ++runs;
+    if (during) during(run);
+    return Clock::time_point::max();
+  }
+  ControlPlane& control() override { return fds_; }
+
+  // Arms every plane's descriptor, in order.
+  class Fds final : public ControlPlane {
+   public:
+    explicit Fds(SeveralDescriptorsSet& set) : set_(set) {}
+    void send(int, const std::vector<uint8_t>&) override {}
+    std::optional<ControlMessage> receive(Clock::time_point) override { return std::nullopt; }
+    void wake() override { set_.planes.front().ring(); }
+    bool armable() const override { return true; }
+    std::optional<Armed> arm() override {
+      Armed armed;
+      for (auto& plane : set_.planes) armed.fds.push_back(plane.arm()->fds.front());
+      return armed;
+    }
+
+   private:
+    SeveralDescriptorsSet& set_;
+  };
+
+  std::vector<DescriptorPlane> planes;
+  std::atomic<int> runs{0};
+  std::function<void(int)> during;
+
+ private:
+  Fds fds_{*this};
+};
+
+// Each descriptor of a set wakes it again after it woke it once (the watch
+// puts back the descriptors that fired), whichever woke it last, and one
+// that becomes readable while the set runs makes it run again.
+TEST(ProgressPool, EveryDescriptorOfASetWakesItEachTimeItIsReadable) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  SeveralDescriptorsSet set(3);
+  auto slot = pool.add(set);
+  ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
+  int expected = 1;
+  for (int ring = 0; ring < 12; ++ring) {
+    const size_t which = static_cast<size_t>((ring * 7) % 3);
+    set.planes[which].ring();
+    ++expected;
+    ASSERT_TRUE(eventually([&] { return set.runs == expected; }))
+        << "descriptor " << which << " did not wake the set at ring " << ring;
+  }
+  // Readable while the set runs, after it read them: another descriptor
+  // than the one that woke it, then the same one.
+  for (size_t which : {size_t{2}, size_t{0}}) {
+    std::atomic<bool> rang{false};
+    set.during = [&](int) {
+      if (!rang.exchange(true)) set.planes[which].ring();
+    };
+    set.planes[0].ring();
+    expected += 2;
+    ASSERT_TRUE(eventually([&] { return set.runs == expected; }))
+        << "descriptor " << which << ", readable while the set ran, did not make it run again";
+    set.during = nullptr;
+  }
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(set.runs, expected) << "a set ran with nothing readable";
+  pool.remove(*slot);
+}
+
+// A removed set's descriptors leave the watch: readable, they wake nothing
+// (the set's slot is gone); closed, their numbers go to a new set's
+// descriptors, which wake that set.
+TEST(ProgressPool, ARemovedSetsDescriptorsLeaveTheWatch) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  auto first = std::make_unique<SeveralDescriptorsSet>(2);
+  auto first_slot = pool.add(*first);
+  ASSERT_TRUE(eventually([&] { return first->runs == 1; }));
+  first->planes[1].ring();
+  ASSERT_TRUE(eventually([&] { return first->runs == 2; }));
+  pool.remove(*first_slot);
+  first_slot.reset();
+  first->planes[0].ring();
+  first->planes[1].ring();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(first->runs, 2) << "a removed set ran";
+  EXPECT_TRUE(first->planes[0].pending() && first->planes[1].pending());
+  first.reset();  // closes its descriptors
+  SeveralDescriptorsSet second(2);
+  auto second_slot = pool.add(second);
+  ASSERT_TRUE(eventually([&] { return second.runs == 1; }));
+  for (int ring = 0; ring < 4; ++ring) {
+    second.planes[static_cast<size_t>(ring % 2)].ring();
+    ASSERT_TRUE(eventually([&] { return second.runs == ring + 2; })) << "ring " << ring;
+  }
+  pool.remove(*second_slot);
+}
+
 TEST(ProgressPool, RunsASetAgainWhenItIsDue) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   ProgressPool pool;
