@@ -115,14 +115,23 @@ void shutdown(bool goodbye) {
   done.reset();
 }
 
-std::shared_ptr<Work> enqueue(int32_t set_id, OpType op, const std::string& name, const Array& input,
-                              std::optional<Array> output, ReduceOp reduce_op, int root, double prescale,
-                              double postscale, const std::vector<int64_t>& splits, bool caller_waits) {
+// `input` and `output` (None: the core allocates it) are arrays; an output
+// that is the input object (the in-place forms) is not converted twice.
+std::shared_ptr<Work> enqueue(int32_t set_id, OpType op, const std::string& name, nb::handle input,
+                              nb::handle output, ReduceOp reduce_op, int root, double prescale, double postscale,
+                              const std::vector<int64_t>& splits, bool caller_waits) {
   OpArgs args;
   args.op = op;
   args.name = name;
-  args.input = to_view(input, "input");
-  if (output) args.output = to_view(*output, "output");
+  const Array input_array = as_array(input, "input");
+  args.input = to_view(input_array, "input");
+  std::optional<Array> output_array;
+  if (output.is(input)) {
+    args.output = args.input;
+  } else if (!output.is_none()) {
+    output_array = as_array(output, "output");
+    args.output = to_view(*output_array, "output");
+  }
   args.reduce_op = reduce_op;
   args.root = root;
   args.prescale = prescale;

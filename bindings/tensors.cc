@@ -53,6 +53,14 @@ nb::dlpack::dtype to_dlpack(DataType dtype) {
 
 }  // namespace
 
+Array as_array(nb::handle object, const char* which) {
+  Array array;
+  if (!nb::try_cast(object, array))
+    throw InvalidArgument(std::string(which) + " must be an array on the CPU (buffer protocol or DLPack), got " +
+                          nb::type_name(object.type()).c_str());
+  return array;
+}
+
 TensorView to_view(const Array& array, const char* which) {
   TensorView view;
   view.dtype = to_dtype(array.dtype(), which);

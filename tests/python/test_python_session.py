@@ -242,3 +242,26 @@ def test_hora_common_keeps_no_mutable_container_outside_the_session():
                 found += [f"{path}:{node.lineno} {name}" for name in names
                           if (path, name) not in REGISTRIES and name != "__all__"]
     assert not found, "session state outside hora.common.session:\n" + "\n".join(found)
+
+
+# --- The core's boundary -------------------------------------------------------------
+
+def test_the_core_names_an_op_argument_that_is_no_array():
+    """The front ends hand the core arrays only; what else reaches it is
+    refused by name, not taken for something it is not."""
+    code = ("import numpy as np, hora.numpy as hvd\n"
+            "from hora import _core\n"
+            "from hora.common import core_types as t\n"
+            "hvd.init()\n"
+            "for source, output in (([1.0], None), (np.ones(1, np.float32), 'x')):\n"
+            "    try:\n"
+            "        _core.enqueue(0, t.ALLREDUCE, 'x', source, output, t.core_reduce_op(hvd.Sum), 0, 1.0, 1.0, [],"
+            " True)\n"
+            "    except ValueError as e:\n"
+            "        print(e)\n"
+            "hvd.shutdown()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "input must be an array on the CPU (buffer protocol or DLPack), got list",
+        "output must be an array on the CPU (buffer protocol or DLPack), got str"], result.stdout

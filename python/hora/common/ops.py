@@ -18,7 +18,7 @@ from hora.common import process_sets as _process_sets
 from hora.common.core_types import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hora.common.handles import GroupHandle, Handle, poll, synchronize  # noqa: F401
 from hora.common.process_sets import global_process_set
-from hora.common.submission import checked_arguments, enqueue, integer
+from hora.common.submission import checked_arguments, enqueue, integer, run
 from hora.errors import UnsupportedOperationError
 
 
@@ -183,8 +183,13 @@ class Collectives:
     def allreduce_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                    process_set=global_process_set):
         """In-place allreduce; returns ``tensor``, which holds the result."""
-        return synchronize(self._allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
-                                           process_set, True, True))
+        # What _allreduce and synchronize do, without a handle: a repeated
+        # small op's cost is mostly this function's own.
+        op = _types.resolve_reduce_op(op, average)
+        buffer, result = self.adapter.in_place_target(self.check(tensor, in_place=True), "tensor")
+        name, _, prescale, postscale = checked_arguments(name, 0, prescale_factor, postscale_factor)
+        run(_types.ALLREDUCE, buffer, buffer, name, _process_sets.resolve(process_set), op, 0, prescale, postscale)
+        return result()
 
     def grouped_allreduce_async(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
                                 postscale_factor=1.0, process_set=global_process_set):

@@ -1,6 +1,7 @@
-"""Handing one op to the core: ``submit``, below process sets and the
-collectives (hora.common.process_sets resolves a set to its id first).
-Any thread; never blocks unless ``caller_waits``."""
+"""Handing one op to the core: ``enqueue``, and ``run`` for a caller that
+waits for it at once, below process sets and the collectives
+(hora.common.process_sets resolves a set to its id first). Any thread;
+``enqueue`` never blocks unless ``caller_waits``."""
 
 import numbers
 import operator
@@ -48,3 +49,16 @@ def enqueue(op, source, output, name, set_id, finish, reduce_op=_types.Sum, root
     work = _core.enqueue(set_id, op, name or "", source, output, _types.core_reduce_op(reduce_op), root,
                          prescale, postscale, list(splits), caller_waits)
     return Handle(work, (source, output), finish)
+
+
+def run(op, source, output, name, set_id, reduce_op=_types.Sum, root=0, prescale=1.0, postscale=1.0):
+    """Runs one op on set ``set_id`` on this thread (the core's caller-waits
+    path: no hand-off to the set's engine thread) and returns its work once
+    it has finished; raises the op's error. As ``enqueue``, but no handle:
+    ``source`` and ``output`` stay alive in the caller's frame, and the
+    caller makes the result."""
+    release_finished_orphans()
+    work = _core.enqueue(set_id, op, name or "", source, output, _types.core_reduce_op(reduce_op), root,
+                         prescale, postscale, [], True)
+    work.wait()
+    return work
