@@ -21,6 +21,10 @@ Peers, each its own job started through `horarun --launch-agent
   coordinator (HORA_AGREEMENT=stream), where hora agrees through the hosts'
   leaders (the same at 1+1);
 - hora-mpi: hora under mpirun (MPI between hosts);
+- hora-unplaced: hora with its ranks left where the kernel puts them
+  (HORA_BIND=none; at 2+2 the four ranks outnumber this machine's CPUs,
+  and hora places them, docs/performance.md, "Ranks placed on a crowded
+  machine");
 - floor: the machine's floor (build/hora_host_floor, benchmarks/host_floor.cc):
   the least work a two-host allreduce can do, the inputs already in shared
   memory, one TCP connection between the hosts' first ranks, waits that
@@ -106,7 +110,9 @@ def run_peer(peer, per_host, sizes):
     cluster_env = {k: ENV[k] for k in ("HORA_CLUSTER", "HORA_CLUSTER_SUBNET")}
     backend = {"hora-mpi": "mpi", "hora-gloo": "gloo"}.get(peer, "tcp")
     agreement = {"hora-negotiated": "negotiated", "hora-stream": "stream"}.get(peer, "leaders")
-    per_rank = run_job(2 * per_host, argv, dict(cluster_env, HORA_BACKEND=backend, HORA_AGREEMENT=agreement),
+    bind = "none" if peer == "hora-unplaced" else "auto"
+    per_rank = run_job(2 * per_host, argv,
+                       dict(cluster_env, HORA_BACKEND=backend, HORA_AGREEMENT=agreement, HORA_BIND=bind),
                        mpi=peer in ("mpi4py", "hora-mpi"), timeout=1800, launcher_args=launcher, cwd=REPO,
                        what=f"{peer} on {per_host}+{per_host} ranks")
     return {n: max(r[str(n)] for r in per_rank) for n in sizes}
@@ -130,8 +136,8 @@ def main():
     parser.add_argument("--rates", nargs="*", default=list(RATES), choices=list(RATES), help="link limits")
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--peers", default="hora,hora-mpi,mpi4py,torch",
-                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-stream, hora-mpi, mpi4py, torch, floor, "
-                             "floor-parts")
+                        help="comma-separated, from hora, hora-gloo, hora-negotiated, hora-stream, hora-mpi, "
+                             "hora-unplaced, mpi4py, torch, floor, floor-parts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
