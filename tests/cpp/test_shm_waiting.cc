@@ -238,8 +238,8 @@ TEST(CallerWaits, AWaitNoCallerWaitsOnSleepsAtOnceAndAWatchedOneSpins) {
 }
 
 // Where the machine's ranks outnumber its cores a caller waiting for its
-// host's log looks, yielding between looks, counted as a sleeper so that
-// whoever would wake another of its threads rings its bell instead.
+// host's log looks, yielding between looks, counted (sleeping() is true) so
+// that whoever would wake another of its threads rings its bell instead.
 TEST(LookYielding, CountsAsASleeperWhileItLooksAndReturnsOnceReady) {
   uint32_t word = 0, sleepers = 0;
   shm::Doorbell bell(&word, &sleepers);
@@ -253,6 +253,38 @@ TEST(LookYielding, CountsAsASleeperWhileItLooksAndReturnsOnceReady) {
   looker.join();
   EXPECT_TRUE(found.load());
   EXPECT_FALSE(bell.sleeping()) << "still counted after it returned";
+}
+
+// A ring that finds only lookers counted makes no system call (the word a
+// sleeper waits on does not move: a looker finds what was published by
+// looking); with a sleeper too, it wakes the sleeper.
+TEST(LookYielding, ARingForLookersAloneWakesNobodyAndOneForASleeperWakesIt) {
+  uint32_t word = 0, sleepers = 0;
+  shm::Doorbell bell(&word, &sleepers);
+  std::atomic<int> published{0};
+  std::atomic<bool> found{false};
+  std::thread looker(
+      [&] { found.store(bell.look_yielding([&] { return published.load() == 1; }, std::chrono::seconds(30))); });
+  const auto give_up = shm::Clock::now() + std::chrono::seconds(30);
+  while (!bell.sleeping() && shm::Clock::now() < give_up) std::this_thread::yield();
+  ASSERT_TRUE(bell.sleeping());
+  published.store(1);
+  bell.ring();
+  looker.join();
+  EXPECT_TRUE(found.load());
+  EXPECT_EQ(std::atomic_ref<uint32_t>(word).load(), 0u) << "a ring for a looker alone made a system call";
+
+  std::atomic<bool> woken{false};
+  std::thread sleeper([&] {
+    woken.store(bell.wait([&] { return published.load() == 2; }, [] {}, shm::Clock::now() + std::chrono::seconds(30),
+                          std::chrono::nanoseconds{}));
+  });
+  while (std::atomic_ref<uint32_t>(sleepers).load() == 0 && shm::Clock::now() < give_up) std::this_thread::yield();
+  published.store(2);
+  bell.ring();
+  sleeper.join();
+  EXPECT_TRUE(woken.load());
+  EXPECT_EQ(std::atomic_ref<uint32_t>(word).load(), 1u) << "a ring for a sleeper did not wake it";
 }
 
 TEST(LookYielding, GivesUpAfterItsTimeUncounted) {

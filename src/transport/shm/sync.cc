@@ -35,7 +35,8 @@ int open_pidfd(pid_t pid) {
 
 void Doorbell::ring() const noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (std::atomic_ref<uint32_t>(*sleepers_).load(std::memory_order_relaxed) == 0) return;
+  // Lookers alone (the high half) find what was published by looking.
+  if ((std::atomic_ref<uint32_t>(*sleepers_).load(std::memory_order_relaxed) & (kLooker - 1)) == 0) return;
   std::atomic_ref<uint32_t>(*word_).fetch_add(1, std::memory_order_release);
   futex(word_, FUTEX_WAKE, INT_MAX, nullptr);
 }

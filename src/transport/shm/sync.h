@@ -42,7 +42,7 @@ int move_off_this_cpu() noexcept;
 // One member's doorbell in a segment. Anyone may ring it; only threads of
 // the member sleep on it. A sleeper counts itself in `sleepers`, re-checks
 // its condition and sleeps on `word` (a futex shared between processes);
-// ring() makes a system call only when the count is not zero. Publishers
+// ring() makes a system call only when a sleeper is counted. Publishers
 // store what they publish before calling ring(), which orders that store
 // before its read of the count (the sleeper orders its count before its
 // re-check), so a sleeper never misses a publication.
@@ -107,16 +107,18 @@ class Doorbell {
   }
 
   // Looks for up to `look`, yielding the CPU between looks, until ready()
-  // is true (returns true). Meanwhile it counts as a sleeper, so that whoever
-  // would wake another thread of this member for what it looks at rings
-  // this bell instead (a system call, but no thread woken). Where the
+  // is true (returns true). Meanwhile it counts as a looker: sleeping() is
+  // true, so whoever would wake another thread of this member for what it
+  // looks at rings this bell instead, and that ring makes no system call
+  // unless a thread also sleeps on the bell (the looker finds what was
+  // published at its next look). Where the
   // machine's ranks outnumber its cores this waits on a peer in another
   // process faster than spinning, which holds the core the peer needs, or
   // sleeping, whose wake-up takes the peer's time (docs/performance.md,
   // "Waiting for the host's log on a crowded machine").
   template <typename Ready>
   bool look_yielding(Ready&& ready, std::chrono::nanoseconds look) const {
-    const Counted counted(*this);
+    const Counted counted(*this, kLooker);
     const auto until = Clock::now() + look;
     for (;;) {
       if (ready()) return true;
@@ -137,24 +139,34 @@ class Doorbell {
     disarm();
     return std::nullopt;
   }
-  void disarm() const noexcept { std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(1, std::memory_order_relaxed); }
+  void disarm() const noexcept { uncount(kSleeper); }
+
+  // The counts in the sleepers word: sleepers in the low half, lookers
+  // (look_yielding()) in the high half.
+  static constexpr uint32_t kSleeper = 1;
+  static constexpr uint32_t kLooker = 1u << 16;
 
  private:
-  // Counts a sleeper, ordered before its next look at its condition, as
-  // ring() needs.
-  void count() const noexcept {
-    std::atomic_ref<uint32_t>(*sleepers_).fetch_add(1, std::memory_order_seq_cst);
+  // Counts a sleeper (or a looker), ordered before its next look at its
+  // condition, as ring() needs.
+  void count(uint32_t kind = kSleeper) const noexcept {
+    std::atomic_ref<uint32_t>(*sleepers_).fetch_add(kind, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  void uncount(uint32_t kind) const noexcept {
+    std::atomic_ref<uint32_t>(*sleepers_).fetch_sub(kind, std::memory_order_relaxed);
   }
 
   // count() for its lifetime (also when ready() throws).
   class Counted {
    public:
-    explicit Counted(const Doorbell& bell) noexcept : bell_(bell) { bell_.count(); }
+    explicit Counted(const Doorbell& bell, uint32_t kind = kSleeper) noexcept : bell_(bell), kind_(kind) {
+      bell_.count(kind);
+    }
     // Ordered before the waiter's look that follows (the leader's caller
     // looks for its host's work once more after it stops counting).
     ~Counted() {
-      bell_.disarm();
+      bell_.uncount(kind_);
       std::atomic_thread_fence(std::memory_order_seq_cst);
     }
     Counted(const Counted&) = delete;
@@ -162,6 +174,7 @@ class Doorbell {
 
    private:
     const Doorbell& bell_;
+    const uint32_t kind_;
   };
 
   void sleep(uint32_t seen, Clock::duration timeout) const noexcept;
