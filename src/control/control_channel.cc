@@ -180,11 +180,11 @@ std::optional<ControlMessage> ControlChannel::receive(Clock::time_point deadline
 std::optional<ControlMessage> ControlChannel::receive_now() {
   if (auto message = pop_frame()) return message;
   for (auto& link : links_)
-    if (link && !link->closed) drain(*link, /*once=*/true);
+    if (link && !link->closed) drain(*link);
   return pop_frame();
 }
 
-void ControlChannel::drain(Link& link, bool once) {
+void ControlChannel::drain(Link& link) {
   uint8_t chunk[64 * 1024];
   while (!link.closed) {
     const std::optional<size_t> got = link.socket.recv_available(chunk, sizeof(chunk), &link.error);
@@ -194,7 +194,7 @@ void ControlChannel::drain(Link& link, bool once) {
       return;
     } else {
       link.frames.append({chunk, *got});
-      if (once && *got < sizeof(chunk)) return;
+      if (*got < sizeof(chunk)) return;
     }
   }
 }

@@ -90,10 +90,11 @@ class ControlChannel final : public ControlPlane {
   // A complete frame from some link (round robin), or the closure of a
   // link whose frames have all been returned; nullopt if neither.
   std::optional<ControlMessage> pop_frame();
-  // Reads everything the socket has now (`once`: stops after a read that
-  // did not fill the buffer, without reading again to learn there is no
-  // more).
-  void drain(Link& link, bool once = false);
+  // Reads what the socket has now: stops after a read that did not fill
+  // the buffer, without reading again to learn there is no more (what
+  // comes later makes the socket readable again, for the next poll or the
+  // pool's watch).
+  void drain(Link& link);
   std::string peer_name(int rank) const;
   std::string unreachable_text(const Link& link) const;
   std::string remote_address(const Link& link) const;
