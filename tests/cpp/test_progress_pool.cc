@@ -230,6 +230,11 @@ TEST(ProgressPool, EveryDescriptorOfASetWakesItEachTimeItIsReadable) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   ProgressPool pool;
   SeveralDescriptorsSet set(3);
+  std::atomic<int> ring_while_running{-1};
+  set.during = [&](int) {
+    const int which = ring_while_running.exchange(-1);
+    if (which >= 0) set.planes[static_cast<size_t>(which)].ring();
+  };
   auto slot = pool.add(set);
   ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
   int expected = 1;
@@ -241,17 +246,14 @@ TEST(ProgressPool, EveryDescriptorOfASetWakesItEachTimeItIsReadable) {
         << "descriptor " << which << " did not wake the set at ring " << ring;
   }
   // Readable while the set runs, after it read them: another descriptor
-  // than the one that woke it, then the same one.
-  for (size_t which : {size_t{2}, size_t{0}}) {
-    std::atomic<bool> rang{false};
-    set.during = [&](int) {
-      if (!rang.exchange(true)) set.planes[which].ring();
-    };
+  // than the one that woke it, then the same one. (`during` is set before
+  // the pool may run the set, and reads only atomics.)
+  for (int which : {2, 0}) {
+    ring_while_running.store(which);
     set.planes[0].ring();
     expected += 2;
     ASSERT_TRUE(eventually([&] { return set.runs == expected; }))
         << "descriptor " << which << ", readable while the set ran, did not make it run again";
-    set.during = nullptr;
   }
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(set.runs, expected) << "a set ran with nothing readable";
