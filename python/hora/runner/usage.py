@@ -34,6 +34,8 @@ ENVIRONMENT = [
     ("HORA_MPI_LIBRARY", None, "the MPI library the MPI backend loads, a file name or a path",
      "the one hora was built with"),
     ("HORA_SHM", None, "0: sets within one host use the network backend, not shared memory", "1"),
+    ("HORA_BIND", None, "auto: where one machine runs more of the job's ranks than it has CPUs and they belong to "
+     "several hosts, each rank keeps its threads on one CPU, a host's ranks together; none: never", "auto"),
     ("HORA_AGREEMENT", None, "sets without shared memory agree on repeated ops by records between the hosts' "
      "leaders where every host shares a segment (leaders), by every member's records (stream), or negotiate every "
      "op with their coordinator (negotiated)", "leaders"),
