@@ -104,6 +104,15 @@ class Agreement {
   // cores), since taking the set from the pool and giving it back costs
   // more than such a look finds.
   virtual std::chrono::nanoseconds look_spin() const { return {}; }
+  // How such a driver looks: calls `ready()` until it is true (returns
+  // true) or `look` has passed (false). Here it yields its CPU every 16
+  // looks (the peer that sends the message may share it); an agreement
+  // whose members wait otherwise looks its own way.
+  virtual bool look(const std::function<bool()>& ready, std::chrono::nanoseconds look) const;
+  // Whether this member passes other members' records on (a coordinator
+  // that relays): then its engine thread must read them while its caller
+  // computes, and a driver does not keep the set lent after its look.
+  virtual bool relays() const { return false; }
   // This member has run the entries before `next`.
   virtual void set_consumed(uint64_t next) = 0;
   // How many entries have been appended to this member's log, where another

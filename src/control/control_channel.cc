@@ -184,6 +184,14 @@ std::optional<ControlMessage> ControlChannel::receive_now() {
   return pop_frame();
 }
 
+std::optional<ControlMessage> ControlChannel::receive_recent() {
+  if (auto message = pop_frame()) return message;
+  Link* link = recent_ < links_.size() ? links_[recent_].get() : nullptr;
+  if (!link || link->closed) return receive_now();
+  drain(*link);
+  return pop_frame();
+}
+
 void ControlChannel::drain(Link& link) {
   uint8_t chunk[64 * 1024];
   while (!link.closed) {
@@ -222,6 +230,7 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (!link) continue;
     if (std::optional<std::vector<uint8_t>> frame = link->frames.pop()) {
       next_link_ = index + 1;
+      recent_ = index;
       return ControlMessage{link->rank, std::move(*frame), false, {}, {}};
     }
     if (link->frames.broken() && !link->closed) {

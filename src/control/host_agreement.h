@@ -36,6 +36,7 @@
 // when the lane's attention rings it, and from a leader's submission.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -71,7 +72,17 @@ class HostAgreement final : public Agreement {
 
   std::optional<Entry> entry(uint64_t index) const override;
   bool has_entry(uint64_t index) const override { return lane_.entry(index).has_value(); }
-  std::chrono::nanoseconds look_spin() const override { return leader_ ? stream_->look_spin() : std::chrono::nanoseconds{}; }
+  // The leader's caller reads the other hosts' records itself: where the
+  // machine's ranks outnumber its cores, for as long as the lane's callers
+  // look for their log, counted as a looker on its lane bell (a member
+  // that completes the host's row rings that bell, and no thread is woken).
+  std::chrono::nanoseconds look_spin() const override {
+    return leader_ ? std::max(stream_->look_spin(), lane_.yield_look()) : std::chrono::nanoseconds{};
+  }
+  bool look(const std::function<bool()>& ready, std::chrono::nanoseconds look) const override {
+    return lane_.look(ready, look);
+  }
+  bool relays() const override { return stream_ && stream_->relays(); }
   void set_consumed(uint64_t next) override { lane_.set_consumed(next); }
   uint64_t log_length() const override { return lane_.appended(); }
   bool entry_waiting() const override { return lane_.entry_waiting(); }

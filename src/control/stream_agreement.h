@@ -78,6 +78,9 @@ class StreamAgreement final : public Agreement {
   std::optional<Entry> entry(uint64_t index) const override;
   bool has_entry(uint64_t index) const override { return settled_.load() > index; }
   std::chrono::nanoseconds look_spin() const override { return spin_; }
+  // The coordinator of more than two members relays each record to the
+  // others.
+  bool relays() const override { return rank_ == 0 && size_ > 2; }
   void set_consumed(uint64_t next) override;
   bool entry_waiting() const override;
   void watch(uint32_t who, bool on) override;

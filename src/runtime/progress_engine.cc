@@ -1,7 +1,5 @@
 #include "runtime/progress_engine.h"
 
-#include <sched.h>
-
 #include <algorithm>
 
 #include "coordinator/wire.h"
@@ -205,25 +203,40 @@ bool ProgressEngine::look(const std::function<bool()>& found, std::chrono::nanos
   ProgressPool::Slot* slot = awake_slot_.load();
   if (!slot || !pool_->borrow(*slot)) return false;
   const CallerLooking looking;
-  const Clock::time_point until = Clock::now() + spin;
   std::optional<Clock::time_point> due;
   bool seen = false;
-  for (unsigned looks = 1;; ++looks) {
-    due = serve_once(/*driver=*/true);
-    if (!due || (seen = found())) break;
-    // The peer that sends the message may share this CPU: let it run now
-    // and then.
-    if (looks % 16 == 0) {
-      if (Clock::now() >= until) break;
-      sched_yield();
-    }
-    cpu_relax();
-  }
-  // The coordinator of more than two members relays the others' records:
-  // a peer may wait for those while this caller computes.
-  const bool keep = seen && (!options_.coordinator() || options_.size() == 2);
-  pool_->give_back(*slot, due, keep);
+  unsigned looks = 0;
+  // Every 16th look (the first too) runs the set's whole loop: others'
+  // submissions, the coordinator's dispatch, inspections, every
+  // connection. The looks between read the connection that brought the
+  // last message, where the records come from.
+  links_->agreement().look(
+      [&] {
+        if (looks++ % 16 == 0 || !look_for_records()) due = serve_once(/*driver=*/true);
+        return !due || (seen = found());
+      },
+      spin);
+  // A coordinator that relays records must have them read while its
+  // caller computes.
+  pool_->give_back(*slot, due, seen && !links_->agreement().relays());
   return seen;
+}
+
+bool ProgressEngine::look_for_records() {
+  try {
+    control::Agreement& agreement = links_->agreement();
+    agreement.attend();
+    std::optional<ControlMessage> message = links_->control().receive_recent();
+    if (!message) return true;
+    if (!message->closed && control_kind(message->bytes) == ControlKind::kAgreement) {
+      agreement.received(message->from, message->bytes);
+      return true;
+    }
+    on_message(*message);
+  } catch (const std::exception& e) {
+    record_failure(e);
+  }
+  return false;
 }
 
 // A collective or a control message failed; who is missing is not known

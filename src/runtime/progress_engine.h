@@ -128,11 +128,16 @@ class ProgressEngine final : public WorkDriver,
   // holds the executor role and does not run the log.
   std::optional<Clock::time_point> serve_once(bool driver);
   // A driver that waits for an entry (Executor::drive) borrows the set from
-  // the pool and runs its loop until `found()` or for `spin`: the control
-  // message it waits for then wakes no other thread. False where the set
-  // cannot be borrowed now (a pool thread runs it) or `found()` stayed
-  // false.
+  // the pool and looks for its control messages itself, as its agreement
+  // looks (Agreement::look), until `found()` or for `spin`: the message it
+  // waits for then wakes no other thread. False where the set cannot be
+  // borrowed now (a pool thread runs it) or `found()` stayed false.
   bool look(const std::function<bool()>& found, std::chrono::nanoseconds spin);
+  // One of a driver's looks between the loop's whole runs: the agreement's
+  // own work, and what came on the connection of the last message. False
+  // where that was no agreement record (handled) or it failed: the loop
+  // runs next.
+  bool look_for_records();
 
   void run(const Connect& connect);
   bool connect_links(const Connect& connect);

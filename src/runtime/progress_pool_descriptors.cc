@@ -123,10 +123,13 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
       auto it = registered_.find(events[i].data.u64 >> 32);
       if (it != registered_.end()) it->second->fired.push_back(static_cast<uint32_t>(events[i].data.u64));
     }
-    const auto soon = Clock::now() + kCoalesce;
+    // Sets due soon run now, together; a set kept lent only once its
+    // lending ends (kLendFor is shorter than the coalescing: running it
+    // early would end every lending at the watcher's next wake).
+    const auto now = Clock::now(), soon = now + kCoalesce;
     for (size_t i = 0; i < watch.slots.size();) {
       std::shared_ptr<Slot> slot = watch.slots[i];
-      if (std::find(rung.begin(), rung.end(), slot->id) == rung.end() && slot->due > soon) {
+      if (std::find(rung.begin(), rung.end(), slot->id) == rung.end() && slot->due > (slot->lent.load() ? now : soon)) {
         ++i;
         continue;
       }

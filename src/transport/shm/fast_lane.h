@@ -126,6 +126,16 @@ class FastLane {
     lane_bells_[rank_].wait(ready, [] {}, Clock::now() + kLivenessInterval, spin_,
                             [&] { return seats_->crowded([](int) { return true; }); });
   }
+  // A driver that looks for its entry by other means (a host's leader
+  // reading the other hosts' records) calls `ready()` as wait_for_entry()
+  // looks, counted as a looker on this member's bell, for up to `look`.
+  template <typename Ready>
+  bool look(Ready&& ready, std::chrono::nanoseconds look) const {
+    return lane_bells_[rank_].look_yielding(ready, look);
+  }
+  // How long a caller waiting for an entry looks, yielding (zero: it does
+  // not).
+  std::chrono::nanoseconds yield_look() const { return yield_look_; }
   // Wakes this member's drivers (to look at give_up()).
   void wake_drivers() const { lane_bells_[rank_].ring(); }
   // Whether an entry this member has not run is in the log.
