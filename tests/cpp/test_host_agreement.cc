@@ -460,11 +460,35 @@ char thread_state(pid_t tid) {
   return name_end == std::string::npos || name_end + 2 >= line.size() ? '?' : line[name_end + 2];
 }
 
+// Gives a waiting caller up and joins it, however the test ends.
+struct GiveUpOnExit {
+  std::atomic<bool>& flag;
+  std::thread& thread;
+  ~GiveUpOnExit() {
+    flag.store(true);
+    if (thread.joinable()) thread.join();
+  }
+};
+
 class TwoHostsLooking : public TwoHosts {
  protected:
   void SetUp() override {
     yield_look_ = std::chrono::seconds(30);
     TwoHosts::SetUp();
+  }
+  // Member 1 completes host 0's row of `slot` while the leader's caller
+  // looks: the caller sends the host's record, and no engine is woken.
+  void complete_host_0_beside_its_looking_leader(uint32_t slot, shm::Clock::time_point deadline) {
+    (*this)[1].submit(slot);
+    while (waiting(0, 2) == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(waiting(0, 2), 1u) << "the looking caller did not send its host's record";
+    EXPECT_EQ(rings_[0], 0) << "the leader's engine was woken beside its looking caller";
+  }
+  // Host 0's leader's count of sleepers and lookers on its lane bell.
+  std::atomic_ref<uint32_t> leaders_lane_sleepers() const {
+    const shm::SegmentLayout& layout = segments_[0]->layout();
+    return std::atomic_ref<uint32_t>(
+        *segments_[0]->field_at<uint32_t>(layout.member_offset(0) + shm::field::kLaneSleepers));
   }
 };
 
@@ -479,18 +503,9 @@ TEST_F(TwoHostsLooking, TheLeadersLookingCallerSendsItsHostsRecordAndNoEngineIsW
     (*this)[0].wait_for_entry(0, [&] { return give_up.load(); });
     found.store((*this)[0].entry(0).has_value());
   });
-  struct GiveUpOnExit {
-    std::atomic<bool>& flag;
-    std::thread& thread;
-    ~GiveUpOnExit() {
-      flag.store(true);
-      if (thread.joinable()) thread.join();
-    }
-  } on_exit{give_up, caller};
-  const shm::SegmentLayout& layout = segments_[0]->layout();
-  const std::atomic_ref<uint32_t> lane_sleepers(
-      *segments_[0]->field_at<uint32_t>(layout.member_offset(0) + shm::field::kLaneSleepers));
+  const GiveUpOnExit on_exit{give_up, caller};
   const auto deadline = shm::Clock::now() + std::chrono::seconds(20);
+  const std::atomic_ref<uint32_t> lane_sleepers = leaders_lane_sleepers();
   while (lane_sleepers.load() == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
   ASSERT_NE(lane_sleepers.load(), 0u) << "the leader's caller never looked";
   for (int sample = 0; sample < 20; ++sample) {
@@ -498,10 +513,7 @@ TEST_F(TwoHostsLooking, TheLeadersLookingCallerSendsItsHostsRecordAndNoEngineIsW
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
-  (*this)[1].submit(5);
-  while (waiting(0, 2) == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
-  ASSERT_EQ(waiting(0, 2), 1u) << "the looking caller did not send its host's record";
-  EXPECT_EQ(rings_[0], 0) << "the leader's engine was woken beside its looking caller";
+  ASSERT_NO_FATAL_FAILURE(complete_host_0_beside_its_looking_leader(5, deadline));
 
   (*this)[2].submit(5);
   (*this)[3].submit(5);
@@ -513,6 +525,59 @@ TEST_F(TwoHostsLooking, TheLeadersLookingCallerSendsItsHostsRecordAndNoEngineIsW
   EXPECT_FALSE(give_up.load()) << "the caller returned only when given up";
   settle();
   for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{5})) << "rank " << rank;
+}
+
+// Where the lane's callers look for their log (a crowded machine), the
+// leader's caller looks for the other hosts' records itself for as long
+// (ProgressEngine::look reads its connection between looks): counted as a
+// looker on its lane bell, so the member that completes the host's row
+// wakes no engine, and the caller sends its host's record and takes the
+// other host's. A member's caller does not look (its log comes through the
+// lane); neither leader relays between two hosts.
+TEST_F(TwoHostsLooking, TheLeadersCallerReadsTheOtherHostsRecordsAsALookerOfItsLane) {
+  EXPECT_EQ((*this)[0].look_spin(), yield_look_);
+  EXPECT_EQ((*this)[2].look_spin(), yield_look_);
+  EXPECT_EQ((*this)[1].look_spin(), std::chrono::nanoseconds(0));
+  EXPECT_FALSE((*this)[0].relays());
+  EXPECT_FALSE((*this)[2].relays());
+
+  (*this)[0].submit(5);
+  std::atomic<bool> give_up{false};
+  std::atomic<bool> found{false};
+  std::thread caller([&] {
+    const CallerWaiting caller_waits;
+    // As ProgressEngine::look: the leader's own work, then its connection.
+    found.store((*this)[0].look(
+        [&] {
+          (*this)[0].attend();
+          if (waiting(2, 0) != 0) deliver(2, 0);
+          return (*this)[0].has_entry(0) || give_up.load();
+        },
+        std::chrono::seconds(20)));
+  });
+  const GiveUpOnExit on_exit{give_up, caller};
+  const auto deadline = shm::Clock::now() + std::chrono::seconds(20);
+  const std::atomic_ref<uint32_t> lane_sleepers = leaders_lane_sleepers();
+  while (lane_sleepers.load() == 0 && shm::Clock::now() < deadline) std::this_thread::yield();
+  ASSERT_NE(lane_sleepers.load(), 0u) << "the leader's caller does not count as a looker";
+
+  ASSERT_NO_FATAL_FAILURE(complete_host_0_beside_its_looking_leader(5, deadline));
+
+  (*this)[2].submit(5);
+  (*this)[3].submit(5);
+  (*this)[2].attend();
+  caller.join();
+  EXPECT_TRUE(found.load()) << "the caller did not find its entry in the other host's record";
+  EXPECT_FALSE(give_up.load());
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{5})) << "rank " << rank;
+}
+
+// Without the lane's look (cores enough for every rank), the leader looks
+// as long as the leaders' stream says.
+TEST_F(TwoHosts, WithoutTheLanesLookTheLeaderLooksAsTheLeadersStreamSays) {
+  EXPECT_EQ((*this)[0].look_spin(), std::chrono::microseconds(1));
+  EXPECT_EQ((*this)[1].look_spin(), std::chrono::nanoseconds(0));
 }
 
 TEST(HostDoorbells, ARungMemberFindsItsSocketReadableUntilItClearsIt) {

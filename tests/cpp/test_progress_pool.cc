@@ -491,14 +491,20 @@ TEST(ProgressPool, ASetThatSaysStopIsDroppedAndDisarmed) {
 // runs it while it is lent, not even when a message comes (the caller
 // reads it); given back, the pool watches it again, and a notification
 // meanwhile makes it run then.
+// Adds `set` and borrows it, once armed again after its first run (null
+// where it never was).
+std::shared_ptr<ProgressPool::Slot> borrowed_after_first_run(ProgressPool& pool, DescriptorSet& set) {
+  auto slot = pool.add(set);
+  if (!eventually([&] { return set.runs == 1; }) || !eventually([&] { return pool.borrow(*slot); })) return nullptr;
+  return slot;
+}
+
 TEST(ProgressPool, ALentSetIsRunByItsBorrowerAloneAndWatchedAgainWhenGivenBack) {
   if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
   ProgressPool pool;
   DescriptorSet set;
-  auto slot = pool.add(set);
-  ASSERT_TRUE(eventually([&] { return set.runs == 1; }));
-  // Lent once armed again after its first run.
-  ASSERT_TRUE(eventually([&] { return pool.borrow(*slot); }));
+  auto slot = borrowed_after_first_run(pool, set);
+  ASSERT_TRUE(slot) << "a set armed by descriptors was not lent";
   EXPECT_TRUE(ProgressPool::lent(*slot));
   EXPECT_FALSE(pool.borrow(*slot)) << "a set was lent twice at once";
   set.plane.ring();
@@ -556,6 +562,35 @@ TEST(ProgressPool, ASetKeptLentIsServedOnceTheLendingEnds) {
   set.plane.ring();
   ASSERT_TRUE(eventually([&] { return !set.plane.pending(); }))
       << "a set notified while lent was not watched again";
+  pool.remove(*slot);
+}
+
+// A set kept lent runs on a pool thread only once its lending ends, not at
+// the watcher's next wake: a caller that gives it back after every op and
+// borrows it again for the next (100 µs later) keeps it lent, and the pool
+// runs it about once every kLendFor. (The watcher runs sets due within its
+// coalescing window together, which is longer than a lending: run so, the
+// lending of a set given back and kept would end at once, every op.)
+TEST(ProgressPool, ASetKeptLentRunsOnlyWhenItsLendingEnds) {
+  if (!ProgressPool::supported()) GTEST_SKIP() << "no futex_waitv on this kernel";
+  ProgressPool pool;
+  DescriptorSet set;
+  auto slot = borrowed_after_first_run(pool, set);
+  ASSERT_TRUE(slot) << "a set armed by descriptors was not lent";
+  const int runs_before = set.runs;
+  const auto start = Clock::now();
+  constexpr int kOps = 200;
+  for (int op = 0; op < kOps; ++op) {
+    pool.give_back(*slot, set.service(), /*keep_lent=*/true);
+    std::this_thread::sleep_for(100us);  // the caller computes
+    ASSERT_TRUE(eventually([&] { return pool.borrow(*slot); }));
+  }
+  const auto lendings = (Clock::now() - start) / ProgressPool::kLendFor;
+  pool.give_back(*slot, set.service());
+  // The borrower's own service() calls count too: kOps + 1 of them.
+  const int pool_runs = set.runs - runs_before - (kOps + 1);
+  EXPECT_LE(pool_runs, lendings + 2) << "the pool ran a set kept lent before its lending ended, " << pool_runs
+                                     << " times in " << lendings << " lendings' time";
   pool.remove(*slot);
 }
 

@@ -106,6 +106,18 @@ TEST(StreamAgreement, AThirdMemberLearnsTheOthersRecordsFromTheCoordinatorsStrea
   EXPECT_EQ(set.log(2), (std::vector<int>{5}));
 }
 
+// Only a coordinator with members to relay to needs its engine thread to
+// read records while its caller computes (ProgressEngine::look keeps the
+// set lent otherwise).
+TEST(StreamAgreement, OnlyTheCoordinatorOfMoreThanTwoMembersRelays) {
+  Members pair(2), three(3);
+  EXPECT_FALSE(pair[0].relays());
+  EXPECT_FALSE(pair[1].relays());
+  EXPECT_TRUE(three[0].relays());
+  EXPECT_FALSE(three[1].relays());
+  EXPECT_FALSE(three[2].relays());
+}
+
 TEST(StreamAgreement, EveryInstanceRunsOnce) {
   Members set(2);
   for (int step = 0; step < 3; ++step) {
