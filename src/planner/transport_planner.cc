@@ -337,9 +337,14 @@ SetTransports TransportPlanner::connect_network(const std::vector<int>& global_r
   return transports;
 }
 
-// The machine's ranks in blocks by host (hosts in the order of their lowest
-// global rank, ranks in global-rank order inside a host): a host's members
-// share a CPU where the hosts outnumber the CPUs no more than the ranks do.
+// Places this rank where this machine runs the job's ranks of two hosts or
+// more (hosts that are namespaces or containers of one machine) and they
+// outnumber its online CPUs: its threads on one CPU (CpuPlacement), the
+// machine's ranks in blocks by host (hosts in the order of their lowest
+// global rank, ranks in global-rank order inside a host), so that a host's
+// ranks share a CPU and the hosts run side by side (docs/performance.md,
+// "Ranks placed on a crowded machine"). Once, for the job's set; not with
+// HORA_BIND=none, nor where a launcher narrowed the process's CPUs.
 void TransportPlanner::place_on_machine(const std::vector<std::string>& identities, int my_global_rank) {
   std::lock_guard<std::mutex> lock(placement_mutex_);
   if (placed_ || !options_.place_ranks || in_process_) return;

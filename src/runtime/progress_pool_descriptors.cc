@@ -111,17 +111,17 @@ void ProgressPool::watch_descriptors(std::unique_lock<std::mutex>& lock, Watch& 
     watch.sleeping = false;
     rung.clear();
     for (int i = 0; i < count; ++i) {
-      if (events[i].data.u64 != 0) {
-        rung.push_back(events[i].data.u64 >> 32);
+      const uint64_t key = events[i].data.u64;
+      if (key == 0) {
+        uint64_t drained;
+        while (read(watch.bell, &drained, sizeof drained) > 0) {
+        }
         continue;
       }
-      uint64_t drained;
-      while (read(watch.bell, &drained, sizeof drained) > 0) {
-      }
-    }
-    for (int i = 0; i < count; ++i) {
-      auto it = registered_.find(events[i].data.u64 >> 32);
-      if (it != registered_.end()) it->second->fired.push_back(static_cast<uint32_t>(events[i].data.u64));
+      rung.push_back(key >> 32);
+      // One-shot: it goes back on the watch when its set is armed again.
+      auto it = registered_.find(key >> 32);
+      if (it != registered_.end()) it->second->fired.push_back(static_cast<uint32_t>(key));
     }
     // Sets due soon run now, together; a set kept lent only once its
     // lending ends (kLendFor is shorter than the coalescing: running it
