@@ -159,6 +159,9 @@ class Agreement {
   }
   // Whether a member submitted into a diverted slot since the last call.
   virtual bool take_drain_request() = 0;
+  // The same without clearing it (any thread that may call received()):
+  // a message just received asks the coordinator's loop to run.
+  virtual bool drain_requested() const { return false; }
   virtual RowState row_state(uint32_t slot) const = 0;
 
   // For an agreement that speaks over the control plane (the defaults serve

@@ -184,9 +184,9 @@ std::optional<ControlMessage> ControlChannel::receive_now() {
   return pop_frame();
 }
 
-std::optional<ControlMessage> ControlChannel::receive_recent() {
+std::optional<ControlMessage> ControlChannel::receive_from(int from) {
   if (auto message = pop_frame()) return message;
-  Link* link = recent_ < links_.size() ? links_[recent_].get() : nullptr;
+  Link* link = from >= 0 && static_cast<size_t>(from) < links_.size() ? links_[static_cast<size_t>(from)].get() : nullptr;
   if (!link || link->closed) return receive_now();
   drain(*link);
   return pop_frame();
@@ -230,7 +230,6 @@ std::optional<ControlMessage> ControlChannel::pop_frame() {
     if (!link) continue;
     if (std::optional<std::vector<uint8_t>> frame = link->frames.pop()) {
       next_link_ = index + 1;
-      recent_ = index;
       return ControlMessage{link->rank, std::move(*frame), false, {}, {}};
     }
     if (link->frames.broken() && !link->closed) {

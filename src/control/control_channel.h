@@ -57,8 +57,8 @@ class ControlChannel final : public ControlPlane {
   std::optional<ControlMessage> receive(Clock::time_point deadline) override;
   // One read of each connection, no poll(2).
   std::optional<ControlMessage> receive_now() override;
-  // One read of the connection of the last message returned.
-  std::optional<ControlMessage> receive_recent() override;
+  // One read of the connection to set rank `from`.
+  std::optional<ControlMessage> receive_from(int from) override;
   void wake() override;
   // Arms as the connections and the wake-up descriptor: readable when
   // receive() has something.
@@ -111,7 +111,6 @@ class ControlChannel final : public ControlPlane {
   int extra_wake_fd_ = -1;  // also_wake_on()
   std::function<void()> clear_extra_wake_;
   size_t next_link_ = 0;
-  size_t recent_ = 0;  // the link of the last frame returned
 };
 
 }  // namespace hora::control

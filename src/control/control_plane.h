@@ -54,10 +54,14 @@ class ControlPlane {
   // driver's look: runtime/progress_engine.h); it need not report wake(),
   // which the next receive() still does.
   virtual std::optional<ControlMessage> receive_now() { return receive(Clock::time_point::min()); }
-  // receive_now() from the peer of the last message returned, where the
-  // plane can read one peer alone (cheaper still); others' messages wait
-  // for the next receive_now() or receive().
-  virtual std::optional<ControlMessage> receive_recent() { return receive_now(); }
+  // receive_now() reading set rank `from`'s messages alone, where the
+  // plane can (cheaper still): a message already read from another member
+  // may still be returned; the others' unread ones wait for the next
+  // receive_now() or receive().
+  virtual std::optional<ControlMessage> receive_from(int from) {
+    (void)from;
+    return receive_now();
+  }
   virtual void wake() = 0;
 
   // Waiting for many sets' control planes on one thread

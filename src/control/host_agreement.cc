@@ -134,6 +134,14 @@ void HostAgreement::wait_for_entry(uint64_t index, const std::function<bool()>& 
   if (lane_.leader_attention()) serve_host();
 }
 
+bool HostAgreement::look(const std::function<bool()>& ready, std::chrono::nanoseconds look) const {
+  const bool found = lane_.look(ready, look);
+  // A row completed after the last look rang the bell of a looker that
+  // had stopped looking: this caller's still.
+  if (lane_.leader_attention()) serve_host();
+  return found;
+}
+
 // An engine that starts watching the log looks once more: an entry the
 // leader appended just before rang nobody.
 void HostAgreement::watch(uint32_t who, bool on) {
@@ -317,6 +325,12 @@ bool HostAgreement::try_undivert(uint32_t slot) {
   std::lock_guard<std::mutex> lock(mutex_);
   remote_.erase(slot);
   return true;
+}
+
+bool HostAgreement::drain_requested() const {
+  if (stream_ && stream_->drain_requested()) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return drain_request_;
 }
 
 bool HostAgreement::take_drain_request() {

@@ -79,9 +79,7 @@ class HostAgreement final : public Agreement {
   std::chrono::nanoseconds look_spin() const override {
     return leader_ ? std::max(stream_->look_spin(), lane_.yield_look()) : std::chrono::nanoseconds{};
   }
-  bool look(const std::function<bool()>& ready, std::chrono::nanoseconds look) const override {
-    return lane_.look(ready, look);
-  }
+  bool look(const std::function<bool()>& ready, std::chrono::nanoseconds look) const override;
   bool relays() const override { return stream_ && stream_->relays(); }
   void set_consumed(uint64_t next) override { lane_.set_consumed(next); }
   uint64_t log_length() const override { return lane_.appended(); }
@@ -99,6 +97,7 @@ class HostAgreement final : public Agreement {
   void divert_anew(uint32_t slot) override;
   bool partly_given_back(uint32_t slot) const override;
   bool take_drain_request() override;
+  bool drain_requested() const override;
   RowState row_state(uint32_t slot) const override;
 
   void received(int from, const std::vector<uint8_t>& bytes) override;

@@ -379,6 +379,11 @@ bool StreamAgreement::try_undivert(uint32_t slot) {
   return true;
 }
 
+bool StreamAgreement::drain_requested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return drain_request_;
+}
+
 bool StreamAgreement::take_drain_request() {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::exchange(drain_request_, false);

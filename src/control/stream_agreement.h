@@ -94,6 +94,7 @@ class StreamAgreement final : public Agreement {
   std::vector<int> divert(uint32_t slot) override;
   bool try_undivert(uint32_t slot) override;
   bool take_drain_request() override;
+  bool drain_requested() const override;
   RowState row_state(uint32_t slot) const override;
 
   void received(int from, const std::vector<uint8_t>& bytes) override;

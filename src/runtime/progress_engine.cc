@@ -208,8 +208,8 @@ bool ProgressEngine::look(const std::function<bool()>& found, std::chrono::nanos
   unsigned looks = 0;
   // Every 16th look (the first too) runs the set's whole loop: others'
   // submissions, the coordinator's dispatch, inspections, every
-  // connection. The looks between read the connection that brought the
-  // last message, where the records come from.
+  // connection. The looks between read the connection the last record
+  // came on.
   links_->agreement().look(
       [&] {
         if (looks++ % 16 == 0 || !look_for_records()) due = serve_once(/*driver=*/true);
@@ -226,11 +226,12 @@ bool ProgressEngine::look_for_records() {
   try {
     control::Agreement& agreement = links_->agreement();
     agreement.attend();
-    std::optional<ControlMessage> message = links_->control().receive_recent();
+    std::optional<ControlMessage> message = links_->control().receive_from(records_from_);
     if (!message) return true;
     if (!message->closed && control_kind(message->bytes) == ControlKind::kAgreement) {
+      records_from_ = message->from;
       agreement.received(message->from, message->bytes);
-      return true;
+      return !agreement.drain_requested();
     }
     on_message(*message);
   } catch (const std::exception& e) {
@@ -288,8 +289,10 @@ void ProgressEngine::note_requests(const std::vector<Request>& fresh) {
 }
 
 void ProgressEngine::on_message(const ControlMessage& message) {
-  if (!message.closed && control_kind(message.bytes) == ControlKind::kAgreement)
+  if (!message.closed && control_kind(message.bytes) == ControlKind::kAgreement) {
+    records_from_ = message.from;
     return links_->agreement().received(message.from, message.bytes);
+  }
   if (coordinator_) coordinator_->on_message(message, Clock::now());
   else executor_.deliver(member_->on_message(message));
 }

@@ -134,9 +134,10 @@ class ProgressEngine final : public WorkDriver,
   // borrowed now (a pool thread runs it) or `found()` stayed false.
   bool look(const std::function<bool()>& found, std::chrono::nanoseconds spin);
   // One of a driver's looks between the loop's whole runs: the agreement's
-  // own work, and what came on the connection of the last message. False
-  // where that was no agreement record (handled) or it failed: the loop
-  // runs next.
+  // own work, and what came from the member whose agreement record came
+  // last. False where that was no agreement record (handled), a record
+  // that asks for the coordinator's loop (a drain), or it failed: the loop
+  // runs at once.
   bool look_for_records();
 
   void run(const Connect& connect);
@@ -169,6 +170,7 @@ class ProgressEngine final : public WorkDriver,
   std::optional<CoordinatorLoop> coordinator_;
   std::optional<MemberLoop> member_;
   Clock::time_point next_inspection_{};
+  int records_from_ = -1;  // the sender of the last agreement record (engine thread)
 
   std::thread thread_;          // connects (and runs the set without a pool)
   std::thread failure_thread_;  // the failure protocol, with a pool

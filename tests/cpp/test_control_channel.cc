@@ -1,8 +1,7 @@
-// ControlChannel's reads (control/control_channel.h): receive_recent()
-// reads only the connection of the last message returned, which is where a
-// waiting caller's records come from (ProgressEngine::look); what came on
-// the other connections waits, whole and in order, for receive_now() or
-// receive().
+// ControlChannel's reads (control/control_channel.h): receive_from() reads
+// only one member's connection, the one a waiting caller's records come on
+// (ProgressEngine::look); what came on the other connections waits, whole
+// and in order, for receive_now() or receive().
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -49,45 +48,44 @@ std::optional<ControlMessage> eventually(const std::function<std::optional<Contr
   return std::nullopt;
 }
 
-TEST(ControlChannel, ARecentReadTakesOnlyTheLastSendersConnectionAndTheOthersWait) {
+TEST(ControlChannel, AReadFromOneMemberLeavesTheOthersMessagesForTheNextRead) {
   std::vector<Channel> channels = connect_three();
   ControlChannel& coordinator = *channels[0];
-  channels[1]->send(0, Bytes{1});
-  std::optional<ControlMessage> first = coordinator.receive(std::chrono::steady_clock::now() + kTimeout);
-  ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(first->from, 1);
-
-  // Member 2's message is there before member 1's next one.
   channels[2]->send(0, Bytes{2});
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  channels[1]->send(0, Bytes{3});
-  std::optional<ControlMessage> recent = eventually([&] { return coordinator.receive_recent(); });
-  ASSERT_TRUE(recent.has_value());
-  EXPECT_EQ(recent->from, 1) << "a recent read took another member's connection";
-  EXPECT_EQ(recent->bytes, Bytes{3});
-  EXPECT_FALSE(coordinator.receive_recent().has_value()) << "member 2's message came through a recent read";
+  channels[1]->send(0, Bytes{1});
+  std::optional<ControlMessage> from_one = eventually([&] { return coordinator.receive_from(1); });
+  ASSERT_TRUE(from_one.has_value());
+  EXPECT_EQ(from_one->from, 1) << "a read from member 1 took another member's connection";
+  EXPECT_EQ(from_one->bytes, Bytes{1});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // member 2's message is here by now
+  EXPECT_FALSE(coordinator.receive_from(1).has_value()) << "member 2's message came through a read from member 1";
 
   std::optional<ControlMessage> other = eventually([&] { return coordinator.receive_now(); });
   ASSERT_TRUE(other.has_value()) << "member 2's message was lost";
   EXPECT_EQ(other->from, 2);
   EXPECT_EQ(other->bytes, Bytes{2});
-  // Member 2 is now the last sender: its connection is the one read.
-  channels[1]->send(0, Bytes{4});
-  channels[2]->send(0, Bytes{5});
-  recent = eventually([&] { return coordinator.receive_recent(); });
-  ASSERT_TRUE(recent.has_value());
-  EXPECT_EQ(recent->from, 2);
-  EXPECT_EQ(recent->bytes, Bytes{5});
-  other = eventually([&] { return coordinator.receive_now(); });
-  ASSERT_TRUE(other.has_value());
-  EXPECT_EQ(other->bytes, Bytes{4});
+
+  // Two messages read together from member 2 come out one at a time, in
+  // order.
+  channels[2]->send(0, Bytes{3});
+  channels[2]->send(0, Bytes{4});
+  std::optional<ControlMessage> third = eventually([&] { return coordinator.receive_from(2); });
+  std::optional<ControlMessage> fourth = eventually([&] { return coordinator.receive_from(2); });
+  ASSERT_TRUE(third.has_value() && fourth.has_value());
+  EXPECT_EQ(third->bytes, Bytes{3});
+  EXPECT_EQ(fourth->bytes, Bytes{4});
 }
 
-// A member has one connection: its recent read is every read.
-TEST(ControlChannel, AMembersRecentReadTakesTheCoordinatorsMessages) {
+// A rank that is not a member's (or has no connection) reads every
+// connection, as receive_now() does; a member reads the coordinator's.
+TEST(ControlChannel, AReadFromNoMemberReadsThemAll) {
   std::vector<Channel> channels = connect_three();
+  channels[1]->send(0, Bytes{5});
+  std::optional<ControlMessage> message = eventually([&] { return channels[0]->receive_from(-1); });
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(message->bytes, Bytes{5});
   channels[0]->send(2, Bytes{7});
-  std::optional<ControlMessage> message = eventually([&] { return channels[2]->receive_recent(); });
+  message = eventually([&] { return channels[2]->receive_from(0); });
   ASSERT_TRUE(message.has_value());
   EXPECT_EQ(message->from, 0);
   EXPECT_EQ(message->bytes, Bytes{7});

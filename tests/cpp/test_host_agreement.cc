@@ -272,8 +272,11 @@ TEST_F(TwoHosts, ADiversionHandsOverTheBitsInEveryHostsRow) {
   ASSERT_EQ(waiting(2, 0), 1u);
   EXPECT_EQ(next(2, 0).kind, Kind::kHanded);
   EXPECT_EQ(next(2, 0).member, 2);
+  EXPECT_FALSE((*this)[0].drain_requested());
   deliver(2, 0);
+  EXPECT_TRUE((*this)[0].drain_requested()) << "a member handed over did not ask for the coordinator's loop";
   EXPECT_TRUE((*this)[0].take_drain_request());
+  EXPECT_FALSE((*this)[0].drain_requested());
   EXPECT_EQ(divert(7), (std::vector<int>{2}));
   // Bits that land in the diverted rows later are handed over too, each
   // by its host's leader.
@@ -571,6 +574,26 @@ TEST_F(TwoHostsLooking, TheLeadersCallerReadsTheOtherHostsRecordsAsALookerOfItsL
   EXPECT_FALSE(give_up.load());
   settle();
   for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{5})) << "rank " << rank;
+}
+
+// A row that completes as the leader's caller stops looking rang a bell
+// nobody looks at any more, and woke no engine: the caller serves it on its
+// way out of the look.
+TEST_F(TwoHosts, ARowCompletedAtTheEndOfTheLeadersLookIsServedByItsCaller) {
+  (*this)[0].submit(9);
+  const bool found = (*this)[0].look(
+      [&] {
+        (*this)[1].submit(9);  // completes host 0's row while the caller counts as a looker
+        return true;
+      },
+      std::chrono::seconds(1));
+  EXPECT_TRUE(found);
+  EXPECT_EQ(rings_[0], 0) << "the looker's bell was not the one rung";
+  EXPECT_EQ(waiting(0, 2), 1u) << "host 0's record did not go out: the completed row waits for nobody";
+  (*this)[2].submit(9);
+  (*this)[3].submit(9);
+  settle();
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(log(rank), (std::vector<int>{9})) << "rank " << rank;
 }
 
 // Without the lane's look (cores enough for every rank), the leader looks

@@ -165,11 +165,16 @@ TEST(StreamAgreement, ADivertedOpWithoutAPlaceHandsItsRecordsToTheCoordinator) {
   set.deliver_all();
   EXPECT_TRUE(set.log(1).empty());
   // A record that lands while the op is diverted goes to the coordinator
-  // too; once nothing is held the op returns to the agreement.
+  // too, and asks for its loop (a caller that read it runs the loop:
+  // ProgressEngine::look); once nothing is held the op returns to the
+  // agreement.
+  EXPECT_FALSE(set[0].drain_requested());
   set[1].submit(4);
   set.deliver_all();
+  EXPECT_TRUE(set[0].drain_requested()) << "a record of a diverted op did not ask for the coordinator's loop";
   EXPECT_FALSE(set[0].try_undivert(4));
   EXPECT_TRUE(set[0].take_drain_request());
+  EXPECT_FALSE(set[0].drain_requested());
   EXPECT_EQ(set[0].divert(4), (std::vector<int>{1}));
   EXPECT_TRUE(set[0].try_undivert(4));
   set[0].took_part(4);  // the negotiated instance 2
