@@ -1,18 +1,14 @@
 #include "control/stream_agreement.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <string>
 #include <utility>
 
 #include "hora/errors.h"
-#include "util/caller_waits.h"
 
 namespace hora::control {
 
 using Kind = AgreementMessage::Kind;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -189,17 +185,11 @@ void StreamAgreement::watch(uint32_t who, bool on) {
   else watchers_.fetch_and(~who);
 }
 
-// Looks for the entry for spin_ (yielding now and then: the peer this rank
-// waits for may share its core), then sleeps until it is appended.
+// Looks for the entry for spin_ (Agreement::look: yielding now and then,
+// the peer this rank waits for may share its core), then sleeps until it is
+// appended.
 void StreamAgreement::wait_for_entry(uint64_t index, const std::function<bool()>& give_up) const {
-  const Clock::time_point spin_until = Clock::now() + spin_;
-  for (unsigned looks = 1; settled_.load() <= index && !give_up(); ++looks) {
-    if (looks % 16 == 0) {
-      if (Clock::now() >= spin_until) break;
-      sched_yield();
-    }
-    cpu_relax();
-  }
+  look([&] { return settled_.load() > index || give_up(); }, spin_);
   std::unique_lock<std::mutex> lock(mutex_);
   sleepers_.fetch_add(1);
   appended_.wait_for(lock, kLongestSleep, [&] { return settled_.load() > index || give_up(); });

@@ -228,12 +228,9 @@ bool ProgressEngine::look_for_records() {
     agreement.attend();
     std::optional<ControlMessage> message = links_->control().receive_from(records_from_);
     if (!message) return true;
-    if (!message->closed && control_kind(message->bytes) == ControlKind::kAgreement) {
-      records_from_ = message->from;
-      agreement.received(message->from, message->bytes);
-      return !agreement.drain_requested();
-    }
+    const bool record = !message->closed && control_kind(message->bytes) == ControlKind::kAgreement;
     on_message(*message);
+    return record && !agreement.drain_requested();
   } catch (const std::exception& e) {
     record_failure(e);
   }
